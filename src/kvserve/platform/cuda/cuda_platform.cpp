@@ -1,0 +1,187 @@
+#include "kvserve/platform/cuda/cuda_platform.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "kvserve/core/check.h"
+#include "kvserve/platform/cuda/cuda_check.h"
+
+namespace kvserve::platform::cuda {
+namespace {
+
+// Makes `device` current for the scope of a call and restores the previous device after it.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    KV_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) KV_CUDA_CHECK(cudaSetDevice(device));
+    restore_ = previous_ != device;
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard() {
+    if (restore_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+cudaMemcpyKind to_cuda(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice: return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToHost: return cudaMemcpyDeviceToHost;
+    case CopyKind::kDeviceToDevice: return cudaMemcpyDeviceToDevice;
+    case CopyKind::kHostToHost: return cudaMemcpyHostToHost;
+  }
+  return cudaMemcpyDefault;
+}
+
+cudaStream_t to_cuda(StreamHandle s) { return static_cast<cudaStream_t>(s.ptr); }
+cudaEvent_t to_cuda(EventHandle e) { return static_cast<cudaEvent_t>(e.ptr); }
+
+std::string describe_device(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "unknown CUDA device";
+  return fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB", prop.name, prop.major, prop.minor,
+                     prop.multiProcessorCount,
+                     static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024 * 1024));
+}
+
+class CudaPlatform final : public Platform {
+ public:
+  explicit CudaPlatform(int index) : index_(index), description_(describe_device(index)) {}
+
+  std::string_view name() const override { return "cuda"; }
+  Device device() const override { return Device{DeviceKind::kCuda, index_}; }
+  std::string description() const override { return description_; }
+
+  Result<void*> allocate(size_t bytes) override {
+    DeviceGuard guard(index_);
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free allocation error
+      return out_of_memory("cuda:{}: cannot allocate {} bytes", index_, bytes);
+    }
+    KV_CUDA_CHECK(err);
+    return p;
+  }
+  void deallocate(void* ptr, size_t /*bytes*/) override {
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(cudaFree(ptr));
+  }
+  Result<void*> allocate_host(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return out_of_memory("cuda: cannot allocate {} bytes of pinned host memory", bytes);
+    }
+    KV_CUDA_CHECK(err);
+    return p;
+  }
+  void deallocate_host(void* ptr, size_t /*bytes*/) override { KV_CUDA_CHECK(cudaFreeHost(ptr)); }
+  MemoryInfo memory_info() const override {
+    DeviceGuard guard(index_);
+    MemoryInfo info;
+    KV_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+    return info;
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind,
+            StreamHandle stream) override {
+    if (bytes == 0) return;
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), to_cuda(stream)));
+  }
+  void memset(void* dst, int value, size_t bytes, StreamHandle stream) override {
+    if (bytes == 0) return;
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, to_cuda(stream)));
+  }
+
+  StreamHandle create_stream() override {
+    DeviceGuard guard(index_);
+    cudaStream_t s = nullptr;
+    KV_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return StreamHandle{s};
+  }
+  void destroy_stream(StreamHandle stream) override {
+    if (stream.ptr != nullptr) KV_CUDA_CHECK(cudaStreamDestroy(to_cuda(stream)));
+  }
+  void synchronize_stream(StreamHandle stream) override {
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(cudaStreamSynchronize(to_cuda(stream)));
+  }
+  void synchronize() override {
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  EventHandle create_event() override {
+    DeviceGuard guard(index_);
+    cudaEvent_t e = nullptr;
+    KV_CUDA_CHECK(cudaEventCreate(&e));
+    return EventHandle{e};
+  }
+  void destroy_event(EventHandle event) override { KV_CUDA_CHECK(cudaEventDestroy(to_cuda(event))); }
+  void record_event(EventHandle event, StreamHandle stream) override {
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(cudaEventRecord(to_cuda(event), to_cuda(stream)));
+  }
+  void stream_wait_event(StreamHandle stream, EventHandle event) override {
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(cudaStreamWaitEvent(to_cuda(stream), to_cuda(event), 0));
+  }
+  void synchronize_event(EventHandle event) override {
+    KV_CUDA_CHECK(cudaEventSynchronize(to_cuda(event)));
+  }
+  bool event_done(EventHandle event) override {
+    const cudaError_t err = cudaEventQuery(to_cuda(event));
+    if (err == cudaErrorNotReady) return false;
+    KV_CUDA_CHECK(err);
+    return true;
+  }
+  float elapsed_ms(EventHandle start, EventHandle end) override {
+    float ms = 0;
+    KV_CUDA_CHECK(cudaEventElapsedTime(&ms, to_cuda(start), to_cuda(end)));
+    return ms;
+  }
+
+ private:
+  int index_;
+  std::string description_;
+};
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver / no device: not an error for a listing
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+bool compiled() { return true; }
+
+std::vector<PlatformInfo> list_devices() {
+  std::vector<PlatformInfo> out;
+  const int n = device_count();
+  for (int i = 0; i < n; ++i) out.push_back({Device{DeviceKind::kCuda, i}, describe_device(i)});
+  return out;
+}
+
+Result<std::unique_ptr<Platform>> create_platform(int device_index) {
+  const int n = device_count();
+  if (device_index < 0 || device_index >= n) {
+    return unavailable("cuda:{} is not available: this machine has {} CUDA device(s)",
+                       device_index, n);
+  }
+  return std::unique_ptr<Platform>(std::make_unique<CudaPlatform>(device_index));
+}
+
+}  // namespace kvserve::platform::cuda

@@ -1,0 +1,47 @@
+#include "kvserve/platform/platform.h"
+
+#include <charconv>
+
+#include "kvserve/platform/cpu/cpu_platform.h"
+#include "kvserve/platform/cuda/cuda_platform.h"
+
+namespace kvserve::platform {
+
+Result<Buffer> Platform::allocate_buffer(size_t bytes) {
+  KV_ASSIGN_OR_RETURN(void* ptr, allocate(bytes));
+  return Buffer(ptr, bytes, device(), this);
+}
+
+bool cuda_compiled() { return cuda::compiled(); }
+
+std::vector<PlatformInfo> list_platforms() {
+  std::vector<PlatformInfo> out;
+  out.push_back({Device{DeviceKind::kCpu, 0}, cpu::describe_host()});
+  for (PlatformInfo& info : cuda::list_devices()) out.push_back(std::move(info));
+  return out;
+}
+
+Result<Device> parse_device(std::string_view name) {
+  if (name == "cpu") return Device{DeviceKind::kCpu, 0};
+  if (name == "cuda") return Device{DeviceKind::kCuda, 0};
+  constexpr std::string_view kCudaPrefix = "cuda:";
+  if (name.starts_with(kCudaPrefix)) {
+    int index = -1;
+    const std::string_view digits = name.substr(kCudaPrefix.size());
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0) {
+      return Device{DeviceKind::kCuda, index};
+    }
+  }
+  return invalid_argument("unknown device '{}' (expected cpu, cuda or cuda:N)", name);
+}
+
+Result<std::unique_ptr<Platform>> create_platform(Device device) {
+  switch (device.kind) {
+    case DeviceKind::kCpu: return cpu::create_platform();
+    case DeviceKind::kCuda: return cuda::create_platform(device.index);
+  }
+  return invalid_argument("unknown device kind");
+}
+
+}  // namespace kvserve::platform
