@@ -1,0 +1,135 @@
+// The platform layer: registry, device names, the CPU platform and owned buffers.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kvserve/platform/platform.h"
+
+namespace kvserve::platform {
+namespace {
+
+TEST(Platform, ParseDevice) {
+  EXPECT_EQ(*parse_device("cpu"), (Device{DeviceKind::kCpu, 0}));
+  EXPECT_EQ(*parse_device("cuda"), (Device{DeviceKind::kCuda, 0}));
+  EXPECT_EQ(*parse_device("cuda:3"), (Device{DeviceKind::kCuda, 3}));
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", ""}) {
+    const auto d = parse_device(bad);
+    EXPECT_FALSE(d.is_ok()) << bad;
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ((Device{DeviceKind::kCuda, 2}).to_string(), "cuda:2");
+}
+
+TEST(Platform, ListsCpuFirst) {
+  const auto list = list_platforms();
+  ASSERT_FALSE(list.empty());
+  EXPECT_TRUE(list[0].device.is_cpu());
+  EXPECT_FALSE(list[0].description.empty());
+}
+
+TEST(Platform, CudaIsUnavailableWithoutADevice) {
+  bool has_cuda_device = false;
+  for (const auto& p : list_platforms()) has_cuda_device |= p.device.kind == DeviceKind::kCuda;
+  auto cuda = create_platform(Device{DeviceKind::kCuda, 0});
+  if (has_cuda_device) {
+    EXPECT_TRUE(cuda.is_ok());
+  } else {
+    ASSERT_FALSE(cuda.is_ok());
+    EXPECT_EQ(cuda.status().code(), StatusCode::kUnavailable);
+    EXPECT_FALSE(cuda.status().message().empty());
+  }
+  // An index past the last device is never available.
+  EXPECT_EQ(create_platform(Device{DeviceKind::kCuda, 1000}).status().code(),
+            StatusCode::kUnavailable);
+}
+
+class CpuPlatformTest : public testing::Test {
+ protected:
+  std::unique_ptr<Platform> p_ = std::move(create_platform(Device{}).value());
+};
+
+TEST_F(CpuPlatformTest, MemoryCopiesAndMemset) {
+  EXPECT_EQ(p_->name(), "cpu");
+  EXPECT_TRUE(p_->device().is_cpu());
+  const MemoryInfo info = p_->memory_info();
+  EXPECT_GT(info.total_bytes, 0u);
+  EXPECT_LE(info.free_bytes, info.total_bytes);
+
+  constexpr size_t kBytes = 1000;
+  Result<Buffer> a = p_->allocate_buffer(kBytes);
+  Result<Buffer> b = p_->allocate_buffer(kBytes);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % 64, 0u);
+  p_->memset(a->data(), 0x5a, kBytes);
+  p_->copy(b->data(), a->data(), kBytes, CopyKind::kDeviceToDevice);
+  const auto* bytes = b->data_as<const uint8_t>();
+  for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(bytes[i], 0x5a);
+
+  Result<void*> host = p_->allocate_host(16);
+  ASSERT_TRUE(host.is_ok());
+  p_->copy(*host, b->data(), 16, CopyKind::kDeviceToHost);
+  EXPECT_EQ(static_cast<uint8_t*>(*host)[15], 0x5a);
+  p_->deallocate_host(*host, 16);
+}
+
+TEST_F(CpuPlatformTest, ImpossibleAllocationIsOutOfMemory) {
+  const Result<void*> r = p_->allocate(size_t{1} << 60);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory);
+}
+
+TEST_F(CpuPlatformTest, StreamsAndEvents) {
+  Stream s(*p_);
+  Event start(*p_);
+  Event end(*p_);
+  start.record(s.handle());
+  std::vector<int> v(100000, 1);
+  p_->memset(v.data(), 0, v.size() * sizeof(int), s.handle());
+  end.record(s.handle());
+  p_->stream_wait_event(s.handle(), end.handle());
+  s.synchronize();
+  end.synchronize();
+  EXPECT_TRUE(end.done());
+  EXPECT_EQ(v[99999], 0);
+  EXPECT_GE(p_->elapsed_ms(start.handle(), end.handle()), 0.0f);
+  Event never(*p_);
+  EXPECT_THROW(p_->elapsed_ms(start.handle(), never.handle()), CheckError);
+}
+
+// A MemoryResource that counts what it gets back.
+struct CountingResource : MemoryResource {
+  int frees = 0;
+  void deallocate(void* ptr, size_t) override {
+    ++frees;
+    ::operator delete(ptr);
+  }
+};
+
+TEST(Buffer, ReturnsMemoryOnceAndMoves) {
+  CountingResource res;
+  {
+    Buffer a(::operator new(8), 8, Device{}, &res);
+    Buffer b = std::move(a);
+    EXPECT_TRUE(a.empty());
+    EXPECT_EQ(b.bytes(), 8u);
+    Buffer c(::operator new(4), 4, Device{}, &res);
+    c = std::move(b);  // c's old memory is returned now
+    EXPECT_EQ(res.frees, 1);
+  }
+  EXPECT_EQ(res.frees, 2);
+}
+
+TEST(TensorView, ShapeAndBytes) {
+  float data[24];
+  const TensorView t(data, DType::kBF16, {2, 3, 4});
+  EXPECT_EQ(t.ndim(), 3);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.bytes(), 48u);
+  EXPECT_EQ(t.shape_string(), "[2, 3, 4]");
+  EXPECT_THROW((void)t.dim(3), CheckError);
+  EXPECT_THROW(TensorView(data, DType::kF32, {1, 2, 3, 4, 5}), CheckError);
+}
+
+}  // namespace
+}  // namespace kvserve::platform
