@@ -1,15 +1,25 @@
 #include "kvserve/mem/allocator.h"
 
-#include <numeric>
+#include <bit>
 
 #include "kvserve/mem/common.h"
 
 namespace kvserve::mem {
+namespace {
+
+int32_t log2_if_power_of_two(int32_t n) {
+  if (n <= 0 || (n & (n - 1)) != 0) return -1;
+  return std::countr_zero(static_cast<uint32_t>(n));
+}
+
+}  // namespace
 
 // --- BaseTokenToKVPoolAllocator --------------------------------------------------------------
 
 BaseTokenToKVPoolAllocator::BaseTokenToKVPoolAllocator(int64_t size, int32_t page_size)
-    : page_size_(page_size), num_pages_(size / std::max(page_size, 1)) {
+    : page_size_(page_size),
+      num_pages_(size / std::max(page_size, 1)),
+      page_shift_(log2_if_power_of_two(page_size)) {
   KV_CHECK_GE(page_size, 1);
   KV_CHECK_GE(num_pages_, 1, "a KV pool of {} slots holds no page of {}", size, page_size);
   // Slots are int32 everywhere (req_to_token is an int32 table).
@@ -40,7 +50,7 @@ void BaseTokenToKVPoolAllocator::pop_pages(int64_t n, int32_t* out) {
 }
 
 void BaseTokenToKVPoolAllocator::check_allocated_slot(int32_t slot) const {
-  const int64_t page = slot / page_size_;
+  const int64_t page = page_of(slot);
   KV_CHECK(slot >= page_size_ && page <= num_pages_, "slot {} is outside the pool (page size {})",
            slot, page_size_);
   KV_CHECK(!page_free_[page], "slot {} is in free page {}", slot, page);
@@ -61,7 +71,7 @@ void BaseTokenToKVPoolAllocator::free_now(std::span<const int32_t> slots) {
     seen_epoch_ = 1;
   }
   for (const int32_t slot : slots) {
-    const int64_t page = slot / page_size_;
+    const int64_t page = page_of(slot);
     KV_CHECK(slot >= page_size_ && page <= num_pages_,
              "free of slot {}: outside the pool or in reserved page 0 (page size {})", slot,
              page_size_);
@@ -107,7 +117,7 @@ int64_t BaseTokenToKVPoolAllocator::extend_slots_needed(std::span<const int32_t>
 
 int64_t BaseTokenToKVPoolAllocator::decode_slots_needed(std::span<const int32_t> seq_lens) const {
   int64_t pages = 0;
-  for (const int32_t s : seq_lens) pages += (s - 1) % page_size_ == 0;
+  for (const int32_t s : seq_lens) pages += offset_in_page(s - 1) == 0;
   return pages * page_size_;
 }
 
@@ -229,13 +239,15 @@ Status PagedTokenToKVPoolAllocator::alloc_decode(std::span<const int32_t> seq_le
   for (size_t i = 0; i < bs; ++i) {
     const int32_t seq = seq_lens[i];
     KV_CHECK_GE(seq, 1);
-    if ((seq - 1) % page_size_ == 0) {
+    const int64_t offset = offset_in_page(seq - 1);
+    if (offset == 0) {
       pop_pages(1, page);
       out[i] = page[0] * page_size_;
     } else {
+      // Position seq - 1 continues the page of position seq - 2, right after last_loc.
       check_allocated_slot(last_loc[i]);
-      KV_CHECK_EQ((last_loc[i] + 1) % page_size_, (seq - 1) % page_size_,
-                  "request {}: last_loc {} for length {}", i, last_loc[i], seq);
+      KV_CHECK_EQ(offset_in_page(last_loc[i] + 1), offset, "request {}: last_loc {} for length {}",
+                  i, last_loc[i], seq);
       out[i] = last_loc[i] + 1;
     }
   }

@@ -85,9 +85,18 @@ class BaseTokenToKVPoolAllocator {
   void pop_pages(int64_t n, int32_t* out);
   // CHECKs that `slot` may be read through a request's row (allocated, not in page 0).
   void check_allocated_slot(int32_t slot) const;
+  // slot / page_size and pos % page_size, by shift and mask for power-of-two page sizes (the
+  // common case; hot in alloc_decode), by division otherwise.
+  int64_t page_of(int64_t slot) const {
+    return page_shift_ >= 0 ? slot >> page_shift_ : slot / page_size_;
+  }
+  int64_t offset_in_page(int64_t pos) const {
+    return page_shift_ >= 0 ? pos & (page_size_ - 1) : pos % page_size_;
+  }
 
   const int32_t page_size_;
   const int64_t num_pages_;
+  const int32_t page_shift_;  // log2(page_size) when it is a power of two, else -1
 
  private:
   void free_now(std::span<const int32_t> slots);
