@@ -121,6 +121,10 @@ Status check_memory_invariants(const KvMemory& mem, std::span<const KvReqState* 
     }
     const auto slots = mem.req_to_token.row(q.row, 0, q.kv_allocated_len);
     for (int32_t p = 0; p < q.cache_protected_len; p += ps) {
+      if (slots[p] / ps < 1 || slots[p] / ps > num_pages) {
+        return violation(fmt::format("request #{}: protected position {}: page {} outside 1..{}", i,
+                                     p, slots[p] / ps, num_pages));
+      }
       if (owner[slots[p] / ps] != kCache) {
         return violation(fmt::format("request #{}: protected position {} (page {}) is owned by {}",
                                      i, p, slots[p] / ps, owner_name(owner[slots[p] / ps])));
