@@ -50,7 +50,8 @@ void BM_AllocExtend(benchmark::State& state) {
     tokens += static_cast<int64_t>(out.size());
     alloc->restore_state(saved);
   }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }
 
 // alloc_decode for `bs` running requests at random lengths (a new page for ~1/ps of them).
@@ -87,7 +88,8 @@ struct TreeFixture {
   explicit TreeFixture(int32_t ps)
       : alloc(make_allocator(int64_t{8} << 20, ps)), tree(rows, *alloc) {
     std::vector<std::vector<int32_t>> system_prompts;
-    for (int i = 0; i < 4; ++i) system_prompts.push_back(random_tokens(1024));
+    for (int i = 0; i < 4; ++i)
+      system_prompts.push_back(random_tokens(1024));
     for (int i = 0; i < 64; ++i) {
       std::vector<int32_t> prompt = system_prompts[i % 4];
       const std::vector<int32_t> user = random_tokens(256 + static_cast<int32_t>(rng() % 2048));
@@ -98,7 +100,8 @@ struct TreeFixture {
 
   std::vector<int32_t> random_tokens(int32_t n) {
     std::vector<int32_t> t(n);
-    for (auto& x : t) x = static_cast<int32_t>(rng() % 128000);
+    for (auto& x : t)
+      x = static_cast<int32_t>(rng() % 128000);
     return t;
   }
 
@@ -139,7 +142,8 @@ void BM_RadixInsert(benchmark::State& state) {
   f.tree.inc_lock_ref(f.tree.match_prefix(half).last_node);
   std::vector<int32_t> slots;
   for (auto _ : state) {
-    for (int32_t i = len / 2; i < len; ++i) base[i] = static_cast<int32_t>(f.rng() % 128000);
+    for (int32_t i = len / 2; i < len; ++i)
+      base[i] = static_cast<int32_t>(f.rng() % 128000);
     const int64_t n = floor_align(len, ps);
     if (!f.alloc->alloc(n, slots).is_ok()) state.SkipWithError("pool exhausted");
     const auto t0 = Clock::now();
@@ -166,13 +170,15 @@ void BM_RadixEvict(benchmark::State& state) {
 
 void page_and_batch(benchmark::internal::Benchmark* b) {
   for (const int ps : {1, 64}) {
-    for (const int bs : {1, 8, 64, 256, 512}) b->Args({ps, bs});
+    for (const int bs : {1, 8, 64, 256, 512})
+      b->Args({ps, bs});
   }
 }
 
 void page_and_length(benchmark::internal::Benchmark* b) {
   for (const int ps : {1, 64}) {
-    for (const int len : {1024, 4096, 16384, 32768}) b->Args({ps, len});
+    for (const int len : {1024, 4096, 16384, 32768})
+      b->Args({ps, len});
   }
 }
 

@@ -48,7 +48,8 @@ TEST_F(CudaTest, OutOfMemoryIsAValueAndTheDeviceStaysUsable) {
 TEST_F(CudaTest, CopiesOrderedByEventsAcrossStreams) {
   constexpr size_t kN = 64 << 20;  // 64 MiB: long enough that a missing wait would show
   std::vector<uint8_t> host(kN);
-  for (size_t i = 0; i < kN; ++i) host[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t i = 0; i < kN; ++i)
+    host[i] = static_cast<uint8_t>(i * 7 + 3);
   Result<void*> pinned = cuda_->allocate_host(kN);
   ASSERT_TRUE(pinned.is_ok());
   std::memcpy(*pinned, host.data(), kN);
@@ -85,14 +86,17 @@ TEST_F(CudaTest, KvStoreMatchesCpuBitForBit) {
   constexpr int64_t kRow = 8 * 128;
   constexpr int64_t kSlots = 4096;
   std::vector<int32_t> loc(kTokens);
-  for (int64_t t = 0; t < kTokens; ++t) loc[t] = static_cast<int32_t>(1 + t * 13 % (kSlots - 1));
+  for (int64_t t = 0; t < kTokens; ++t)
+    loc[t] = static_cast<int32_t>(1 + t * 13 % (kSlots - 1));
   std::vector<float> kf(kTokens * kRow);
   std::vector<float> vf(kTokens * kRow);
-  for (auto& x : kf) x = normal(rng);
-  for (auto& x : vf) x = normal(rng) * 100.0f;  // some values saturate fp8 e4m3
+  for (auto& x : kf)
+    x = normal(rng);
+  for (auto& x : vf)
+    x = normal(rng) * 100.0f;  // some values saturate fp8 e4m3
   for (const DType src : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (const DType cache : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3,
-                              DType::kFP8E5M2}) {
+    for (const DType cache :
+         {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2}) {
       SCOPED_TRACE(testing::Message() << dtype_name(src) << " -> " << dtype_name(cache));
       const size_t in_bytes = kTokens * kRow * dtype_size(src);
       const size_t cache_bytes = kSlots * kRow * dtype_size(cache);
@@ -135,8 +139,12 @@ TEST_F(CudaTest, KvStoreMatchesCpuBitForBit) {
 }
 
 TEST_F(CudaTest, KvPoolOnDevice) {
-  const mem::KvPoolConfig cfg{.num_layers = 4, .num_kv_heads = 8, .head_dim = 128,
-                              .size = 1 << 16, .page_size = 64, .dtype = DType::kBF16};
+  const mem::KvPoolConfig cfg{.num_layers = 4,
+                              .num_kv_heads = 8,
+                              .head_dim = 128,
+                              .size = 1 << 16,
+                              .page_size = 64,
+                              .dtype = DType::kBF16};
   auto pool = mem::MHATokenToKVPool::create(*cuda_, cfg);
   ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
   const auto infos = (*pool)->get_contiguous_buf_infos();

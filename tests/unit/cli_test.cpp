@@ -1,10 +1,10 @@
 // The kvserve binary as a user runs it: exit codes and messages.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <string>
-#include <sys/wait.h>
 
 namespace {
 
@@ -19,7 +19,8 @@ CommandResult run_kvserve(const std::string& args) {
   if (pipe == nullptr) return {-1, "popen failed"};
   std::string out;
   std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), pipe) != nullptr) out += buf.data();
+  while (fgets(buf.data(), buf.size(), pipe) != nullptr)
+    out += buf.data();
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }

@@ -81,9 +81,27 @@ const Format kE5M2{5, 2, true};
 const Format kF16{5, 10, true};
 
 std::vector<float> interesting_floats(uint64_t seed) {
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 448.0f, 449.0f, 464.0f, 480.0f, 1e6f,
-                           -1e6f, 57344.0f, 61440.0f, 65504.0f, 65519.0f, 65520.0f, 65536.0f,
-                           1e-8f, -1e-8f, 0.5f, 3.14159f, std::numeric_limits<float>::infinity(),
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           448.0f,
+                           449.0f,
+                           464.0f,
+                           480.0f,
+                           1e6f,
+                           -1e6f,
+                           57344.0f,
+                           61440.0f,
+                           65504.0f,
+                           65519.0f,
+                           65520.0f,
+                           65536.0f,
+                           1e-8f,
+                           -1e-8f,
+                           0.5f,
+                           3.14159f,
+                           std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity(),
                            std::numeric_limits<float>::denorm_min()};
   // Every f16 value and the midpoints between neighbours (exact ties for f16, many for fp8).
@@ -115,8 +133,8 @@ TEST(DType, SizesAndNames) {
   EXPECT_EQ(dtype_size(DType::kFP8E4M3), 1u);
   EXPECT_EQ(dtype_size(DType::kFP8E5M2), 1u);
   EXPECT_EQ(dtype_size(DType::kI64), 8u);
-  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3,
-                        DType::kFP8E5M2, DType::kI32, DType::kI64, DType::kU8}) {
+  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2,
+                        DType::kI32, DType::kI64, DType::kU8}) {
     DType parsed;
     ASSERT_TRUE(parse_dtype(dtype_name(t), &parsed)) << dtype_name(t);
     EXPECT_EQ(parsed, t);
@@ -201,8 +219,7 @@ TEST(DType, Bf16RoundTripAndRounding) {
 
 TEST(DType, ConvertElementsWithScale) {
   const std::vector<float> src = {0.5f, -3.0f, 100.0f, 1e-3f, 447.0f};
-  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3,
-                        DType::kFP8E5M2}) {
+  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2}) {
     std::vector<uint8_t> buf(src.size() * dtype_size(t));
     std::vector<float> back(src.size());
     convert_elements(src.data(), DType::kF32, buf.data(), t, src.size(), 0.5f);
@@ -215,7 +232,7 @@ TEST(DType, ConvertElementsWithScale) {
                                               : std::ldexp(1.0, -3);
     for (size_t i = 0; i < src.size(); ++i) {
       // Values below the format's normal range lose relative precision: allow its subnormal step.
-      const double floor = t == DType::kFP8E4M3 ? std::ldexp(1.0, -9) * 2
+      const double floor = t == DType::kFP8E4M3   ? std::ldexp(1.0, -9) * 2
                            : t == DType::kFP8E5M2 ? std::ldexp(1.0, -16) * 2
                                                   : 0;
       EXPECT_NEAR(back[i], src[i], std::fabs(src[i]) * rel + floor) << dtype_name(t) << " " << i;

@@ -43,7 +43,8 @@ TEST_P(EncoderLayoutTest, RegionsRoundTripThroughMetadata) {
   }
   std::vector<int32_t> out;
   ASSERT_TRUE(alloc_for_extend(mem, ptrs, seq, out).is_ok());
-  for (size_t i = 0; i < bs; ++i) er[i] = {reqs[i].row, encoder_lens[i], decoder_lens[i]};
+  for (size_t i = 0; i < bs; ++i)
+    er[i] = {reqs[i].row, encoder_lens[i], decoder_lens[i]};
 
   // "Model writes": remember which slot got which (region, position).
   std::vector<int32_t> enc_loc;
@@ -53,8 +54,10 @@ TEST_P(EncoderLayoutTest, RegionsRoundTripThroughMetadata) {
   size_t e = 0;
   size_t d = 0;
   for (size_t i = 0; i < bs; ++i) {
-    for (int32_t p = 0; p < encoder_lens[i]; ++p) written[enc_loc[e++]] = {int(i), p};
-    for (int32_t p = 0; p < decoder_lens[i]; ++p) written[dec_loc[d++]] = {int(i), -p - 1};
+    for (int32_t p = 0; p < encoder_lens[i]; ++p)
+      written[enc_loc[e++]] = {int(i), p};
+    for (int32_t p = 0; p < decoder_lens[i]; ++p)
+      written[dec_loc[d++]] = {int(i), -p - 1};
   }
   EXPECT_EQ(e, enc_loc.size());
   EXPECT_EQ(d, dec_loc.size());
@@ -72,7 +75,8 @@ TEST_P(EncoderLayoutTest, RegionsRoundTripThroughMetadata) {
 
   EncoderDecoderMetadata md;
   build_encoder_decoder_metadata(rows, er, ps(), layout(), md);
-  const IndexUnit unit = layout() == EncoderKvLayout::kAligned ? IndexUnit::kPage : IndexUnit::kToken;
+  const IndexUnit unit =
+      layout() == EncoderKvLayout::kAligned ? IndexUnit::kPage : IndexUnit::kToken;
   EXPECT_EQ(md.cross.unit, unit);
   EXPECT_EQ(md.self.unit, unit);
   const int32_t ips = md.cross.page_size;
@@ -92,7 +96,8 @@ TEST_P(EncoderLayoutTest, RegionsRoundTripThroughMetadata) {
 
   std::vector<const KvReqState*> live(ptrs.begin(), ptrs.end());
   EXPECT_TRUE(check_memory_invariants(mem, live).is_ok());
-  for (auto& r : reqs) release_kv_cache(mem, r, {}, false);
+  for (auto& r : reqs)
+    release_kv_cache(mem, r, {}, false);
   EXPECT_EQ(alloc->available_size(), alloc->size());
 }
 

@@ -14,19 +14,29 @@ std::unique_ptr<platform::Platform> cpu() {
 }
 
 KvPoolConfig small_config(DType dtype) {
-  return KvPoolConfig{.num_layers = 3, .num_kv_heads = 2, .head_dim = 8, .size = 64,
-                      .page_size = 4, .dtype = dtype};
+  return KvPoolConfig{.num_layers = 3,
+                      .num_kv_heads = 2,
+                      .head_dim = 8,
+                      .size = 64,
+                      .page_size = 4,
+                      .dtype = dtype};
 }
 
 // Relative rounding error of each storage format (half an ulp) and its smallest normal value.
 double rel_error(DType t) {
   switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return std::ldexp(1.0, -11);
-    case DType::kBF16: return std::ldexp(1.0, -8);
-    case DType::kFP8E4M3: return std::ldexp(1.0, -4);
-    case DType::kFP8E5M2: return std::ldexp(1.0, -3);
-    default: return 1;
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return std::ldexp(1.0, -11);
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+    case DType::kFP8E4M3:
+      return std::ldexp(1.0, -4);
+    case DType::kFP8E5M2:
+      return std::ldexp(1.0, -3);
+    default:
+      return 1;
   }
 }
 
@@ -58,7 +68,8 @@ TEST(KvPool, LayoutAndBufferInfos) {
   EXPECT_EQ(infos[5].ptr, kv.v_buffer(2).data());
   // Zero-initialised.
   const auto* bytes = static_cast<const uint8_t*>(infos[0].ptr);
-  for (size_t i = 0; i < infos[0].bytes; ++i) ASSERT_EQ(bytes[i], 0);
+  for (size_t i = 0; i < infos[0].bytes; ++i)
+    ASSERT_EQ(bytes[i], 0);
 }
 
 TEST(KvPool, SetKvBufferConvertsAndTouchesOnlyItsSlots) {
@@ -67,8 +78,8 @@ TEST(KvPool, SetKvBufferConvertsAndTouchesOnlyItsSlots) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  for (const DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3,
-                            DType::kFP8E5M2}) {
+  for (const DType dtype :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2}) {
     SCOPED_TRACE(dtype_name(dtype));
     auto pool = std::move(MHATokenToKVPool::create(*p, small_config(dtype)).value());
     const float k_scale = is_float8(dtype) ? 0.25f : 1.0f;
@@ -78,8 +89,10 @@ TEST(KvPool, SetKvBufferConvertsAndTouchesOnlyItsSlots) {
     const int64_t row = 2 * 8;
     std::vector<float> k(loc.size() * row);
     std::vector<float> v(loc.size() * row);
-    for (auto& x : k) x = normal(rng);
-    for (auto& x : v) x = normal(rng);
+    for (auto& x : k)
+      x = normal(rng);
+    for (auto& x : v)
+      x = normal(rng);
     pool->set_kv_buffer(1, TensorView(loc.data(), DType::kI32, {4}),
                         TensorView(k.data(), DType::kF32, {4, 2, 8}),
                         TensorView(v.data(), DType::kF32, {4, 2, 8}));

@@ -42,7 +42,8 @@ TEST(PageTable, StridedDerivationMatchesEveryPosition) {
     SCOPED_TRACE(testing::Message() << "page size " << ps);
     Fixture f(ps, 17 + ps);
     std::vector<KvRange> ranges;
-    for (const auto& r : f.reqs) ranges.push_back({r.row, 0, r.kv_allocated_len});
+    for (const auto& r : f.reqs)
+      ranges.push_back({r.row, 0, r.kv_allocated_len});
     ranges.push_back({0, 0, 0});  // an empty (padding) entry
     PageTable pt;
     build_page_table(f.rows, ranges, ps, pt);
@@ -68,7 +69,8 @@ TEST(PageTable, CsrTokenAndPageIndices) {
   const int32_t ps = 16;
   Fixture f(ps, 5);
   std::vector<KvRange> ranges;
-  for (const auto& r : f.reqs) ranges.push_back({r.row, 0, r.kv_allocated_len});
+  for (const auto& r : f.reqs)
+    ranges.push_back({r.row, 0, r.kv_allocated_len});
   KvIndices tok;
   KvIndices pages;
   build_kv_indices(f.rows, ranges, IndexUnit::kToken, ps, tok);
@@ -80,7 +82,8 @@ TEST(PageTable, CsrTokenAndPageIndices) {
     const auto row = f.rows.row(ranges[b].row);
     const int32_t len = ranges[b].len;
     ASSERT_EQ(tok.indptr[b + 1] - tok.indptr[b], len);
-    for (int32_t t = 0; t < len; ++t) ASSERT_EQ(tok.indices[tok.indptr[b] + t], row[t]);
+    for (int32_t t = 0; t < len; ++t)
+      ASSERT_EQ(tok.indices[tok.indptr[b] + t], row[t]);
     ASSERT_EQ(pages.indptr[b + 1] - pages.indptr[b], (len + ps - 1) / ps);
     EXPECT_EQ(pages.last_page_len[b], len - (len - 1) / ps * ps);
     for (int32_t t = 0; t < len; ++t) {
@@ -101,9 +104,9 @@ TEST(PageTable, OffsetRangesAndMidPageStarts) {
                    IndexUnit::kPage, ps, idx);
   EXPECT_EQ(idx.indices[0] * ps, f.rows.at(r.row, 16));
   // ...a mid-page offset can only be gathered token by token.
-  EXPECT_THROW(build_kv_indices(f.rows, std::vector<KvRange>{{r.row, 5, 10}}, IndexUnit::kPage,
-                                ps, idx),
-               CheckError);
+  EXPECT_THROW(
+      build_kv_indices(f.rows, std::vector<KvRange>{{r.row, 5, 10}}, IndexUnit::kPage, ps, idx),
+      CheckError);
   PageTable pt;
   EXPECT_THROW(build_page_table(f.rows, std::vector<KvRange>{{r.row, 5, 10}}, ps, pt), CheckError);
   build_kv_indices(f.rows, std::vector<KvRange>{{r.row, 5, 10}}, IndexUnit::kToken, ps, idx);

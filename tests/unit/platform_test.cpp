@@ -30,7 +30,8 @@ TEST(Platform, ListsCpuFirst) {
 
 TEST(Platform, CudaIsUnavailableWithoutADevice) {
   bool has_cuda_device = false;
-  for (const auto& p : list_platforms()) has_cuda_device |= p.device.kind == DeviceKind::kCuda;
+  for (const auto& p : list_platforms())
+    has_cuda_device |= p.device.kind == DeviceKind::kCuda;
   auto cuda = create_platform(Device{DeviceKind::kCuda, 0});
   if (has_cuda_device) {
     EXPECT_TRUE(cuda.is_ok());
@@ -64,7 +65,8 @@ TEST_F(CpuPlatformTest, MemoryCopiesAndMemset) {
   p_->memset(a->data(), 0x5a, kBytes);
   p_->copy(b->data(), a->data(), kBytes, CopyKind::kDeviceToDevice);
   const auto* bytes = b->data_as<const uint8_t>();
-  for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(bytes[i], 0x5a);
+  for (size_t i = 0; i < kBytes; ++i)
+    ASSERT_EQ(bytes[i], 0x5a);
 
   Result<void*> host = p_->allocate_host(16);
   ASSERT_TRUE(host.is_ok());

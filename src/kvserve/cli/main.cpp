@@ -2,8 +2,8 @@
 //   kvserve                 version, platforms and a memory-system self-check
 //   kvserve version
 //   kvserve self-check      the randomised memory-system check (mem/simulator.h)
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -123,4 +123,6 @@ int main(int argc, char** argv) {
 
 }  // namespace kvserve::cli
 
-int main(int argc, char** argv) { return kvserve::cli::main(argc, argv); }
+int main(int argc, char** argv) {
+  return kvserve::cli::main(argc, argv);
+}

@@ -16,7 +16,9 @@
 namespace kvserve {
 namespace detail {
 
-inline std::string check_context() { return {}; }
+inline std::string check_context() {
+  return {};
+}
 template <typename... Args>
 std::string check_context(fmt::format_string<Args...> f, Args&&... args) {
   return fmt::format(f, std::forward<Args>(args)...);
@@ -34,23 +36,23 @@ std::string check_values(const A& a, const B& b) {
 }  // namespace detail
 }  // namespace kvserve
 
-#define KV_CHECK(cond, ...)                                                     \
-  do {                                                                          \
-    if (!(cond)) [[unlikely]] {                                                 \
-      ::kvserve::detail::check_failed(__FILE__, __LINE__, #cond, std::string(), \
+#define KV_CHECK(cond, ...)                                                           \
+  do {                                                                                \
+    if (!(cond)) [[unlikely]] {                                                       \
+      ::kvserve::detail::check_failed(__FILE__, __LINE__, #cond, std::string(),       \
                                       ::kvserve::detail::check_context(__VA_ARGS__)); \
-    }                                                                           \
+    }                                                                                 \
   } while (0)
 
-#define KV_CHECK_OP_(op, a, b, ...)                                                       \
-  do {                                                                                    \
-    const auto& kv_check_a_ = (a);                                                        \
-    const auto& kv_check_b_ = (b);                                                        \
-    if (!(kv_check_a_ op kv_check_b_)) [[unlikely]] {                                     \
-      ::kvserve::detail::check_failed(__FILE__, __LINE__, #a " " #op " " #b,              \
+#define KV_CHECK_OP_(op, a, b, ...)                                                              \
+  do {                                                                                           \
+    const auto& kv_check_a_ = (a);                                                               \
+    const auto& kv_check_b_ = (b);                                                               \
+    if (!(kv_check_a_ op kv_check_b_)) [[unlikely]] {                                            \
+      ::kvserve::detail::check_failed(__FILE__, __LINE__, #a " " #op " " #b,                     \
                                       ::kvserve::detail::check_values(kv_check_a_, kv_check_b_), \
-                                      ::kvserve::detail::check_context(__VA_ARGS__));     \
-    }                                                                                     \
+                                      ::kvserve::detail::check_context(__VA_ARGS__));            \
+    }                                                                                            \
   } while (0)
 
 #define KV_CHECK_EQ(a, b, ...) KV_CHECK_OP_(==, a, b __VA_OPT__(, ) __VA_ARGS__)

@@ -22,9 +22,9 @@ namespace detail {
 }  // namespace detail
 }  // namespace kvserve
 
-#define KV_CHECK_MSG(cond, msg)                                                                   \
-  do {                                                                                            \
-    if (!(cond)) [[unlikely]] {                                                                   \
+#define KV_CHECK_MSG(cond, msg)                                                                    \
+  do {                                                                                             \
+    if (!(cond)) [[unlikely]] {                                                                    \
       ::kvserve::detail::check_failed(__FILE__, __LINE__, #cond, std::string(), std::string(msg)); \
-    }                                                                                             \
+    }                                                                                              \
   } while (0)

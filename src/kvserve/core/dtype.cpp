@@ -11,33 +11,51 @@ namespace kvserve {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kFP8E4M3: return 1;
-    case DType::kFP8E5M2: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kFP8E4M3:
+      return 1;
+    case DType::kFP8E5M2:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
   }
   KV_CHECK(false, "unknown dtype {}", static_cast<int>(t));
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kFP8E4M3: return "fp8_e4m3";
-    case DType::kFP8E5M2: return "fp8_e5m2";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
+    case DType::kFP8E5M2:
+      return "fp8_e5m2";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
   }
   KV_CHECK(false, "unknown dtype {}", static_cast<int>(t));
 }
 
-bool is_float8(DType t) { return t == DType::kFP8E4M3 || t == DType::kFP8E5M2; }
+bool is_float8(DType t) {
+  return t == DType::kFP8E4M3 || t == DType::kFP8E5M2;
+}
 
 bool is_floating(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_float8(t);
@@ -49,12 +67,23 @@ bool parse_dtype(std::string_view name, DType* out) {
     DType type;
   };
   static constexpr Alias kAliases[] = {
-      {"f32", DType::kF32},           {"float", DType::kF32},         {"float32", DType::kF32},
-      {"f16", DType::kF16},           {"half", DType::kF16},          {"float16", DType::kF16},
-      {"bf16", DType::kBF16},         {"bfloat16", DType::kBF16},     {"fp8_e4m3", DType::kFP8E4M3},
-      {"float8_e4m3fn", DType::kFP8E4M3}, {"fp8_e5m2", DType::kFP8E5M2},
-      {"float8_e5m2", DType::kFP8E5M2},   {"i32", DType::kI32},       {"int32", DType::kI32},
-      {"i64", DType::kI64},           {"int64", DType::kI64},         {"u8", DType::kU8},
+      {"f32", DType::kF32},
+      {"float", DType::kF32},
+      {"float32", DType::kF32},
+      {"f16", DType::kF16},
+      {"half", DType::kF16},
+      {"float16", DType::kF16},
+      {"bf16", DType::kBF16},
+      {"bfloat16", DType::kBF16},
+      {"fp8_e4m3", DType::kFP8E4M3},
+      {"float8_e4m3fn", DType::kFP8E4M3},
+      {"fp8_e5m2", DType::kFP8E5M2},
+      {"float8_e5m2", DType::kFP8E5M2},
+      {"i32", DType::kI32},
+      {"int32", DType::kI32},
+      {"i64", DType::kI64},
+      {"int64", DType::kI64},
+      {"u8", DType::kU8},
       {"uint8", DType::kU8},
   };
   for (const Alias& a : kAliases) {
@@ -66,7 +95,9 @@ bool parse_dtype(std::string_view name, DType* out) {
   return false;
 }
 
-std::string_view dtype_choices() { return "f32, f16, bf16, fp8_e4m3, fp8_e5m2, i32, i64, u8"; }
+std::string_view dtype_choices() {
+  return "f32, f16, bf16, fp8_e4m3, fp8_e5m2, i32, i64, u8";
+}
 
 uint16_t float_to_bf16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
@@ -75,7 +106,9 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+float bf16_to_float(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 uint16_t float_to_f16(float f) {
   // Round to nearest even using the FPU for the subnormal range and integer carry elsewhere.
@@ -156,7 +189,9 @@ using E5M2 = Fp8Format<5, 2, 15, 0x7b, 0x7e>;
 
 }  // namespace
 
-uint8_t float_to_fp8_e4m3(float f) { return E4M3::encode(f); }
+uint8_t float_to_fp8_e4m3(float f) {
+  return E4M3::encode(f);
+}
 
 float fp8_e4m3_to_float(uint8_t v) {
   if ((v & 0x7f) == 0x7f) return std::numeric_limits<float>::quiet_NaN();
@@ -164,32 +199,53 @@ float fp8_e4m3_to_float(uint8_t v) {
   return (v & 0x80) ? -mag : mag;
 }
 
-uint8_t float_to_fp8_e5m2(float f) { return E5M2::encode(f); }
+uint8_t float_to_fp8_e5m2(float f) {
+  return E5M2::encode(f);
+}
 
 // e5m2 is the upper byte of an IEEE half.
-float fp8_e5m2_to_float(uint8_t v) { return f16_to_float(static_cast<uint16_t>(v) << 8); }
+float fp8_e5m2_to_float(uint8_t v) {
+  return f16_to_float(static_cast<uint16_t>(v) << 8);
+}
 
 namespace {
 
 float load_as_float(const void* p, DType t, size_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(p)[i];
-    case DType::kF16: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DType::kFP8E4M3: return fp8_e4m3_to_float(static_cast<const uint8_t*>(p)[i]);
-    case DType::kFP8E5M2: return fp8_e5m2_to_float(static_cast<const uint8_t*>(p)[i]);
-    default: KV_CHECK(false, "convert_elements: {} is not a floating type", dtype_name(t));
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kF16:
+      return f16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kFP8E4M3:
+      return fp8_e4m3_to_float(static_cast<const uint8_t*>(p)[i]);
+    case DType::kFP8E5M2:
+      return fp8_e5m2_to_float(static_cast<const uint8_t*>(p)[i]);
+    default:
+      KV_CHECK(false, "convert_elements: {} is not a floating type", dtype_name(t));
   }
 }
 
 void store_from_float(void* p, DType t, size_t i, float v) {
   switch (t) {
-    case DType::kF32: static_cast<float*>(p)[i] = v; return;
-    case DType::kF16: static_cast<uint16_t*>(p)[i] = float_to_f16(v); return;
-    case DType::kBF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); return;
-    case DType::kFP8E4M3: static_cast<uint8_t*>(p)[i] = float_to_fp8_e4m3(v); return;
-    case DType::kFP8E5M2: static_cast<uint8_t*>(p)[i] = float_to_fp8_e5m2(v); return;
-    default: KV_CHECK(false, "convert_elements: {} is not a floating type", dtype_name(t));
+    case DType::kF32:
+      static_cast<float*>(p)[i] = v;
+      return;
+    case DType::kF16:
+      static_cast<uint16_t*>(p)[i] = float_to_f16(v);
+      return;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
+      return;
+    case DType::kFP8E4M3:
+      static_cast<uint8_t*>(p)[i] = float_to_fp8_e4m3(v);
+      return;
+    case DType::kFP8E5M2:
+      static_cast<uint8_t*>(p)[i] = float_to_fp8_e5m2(v);
+      return;
+    default:
+      KV_CHECK(false, "convert_elements: {} is not a floating type", dtype_name(t));
   }
 }
 

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <string_view>
 
-
 namespace kvserve {
 
 enum class DType : uint8_t {

@@ -69,7 +69,7 @@ Status unavailable(fmt::format_string<Args...> f, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     KV_CHECK(!std::get<Status>(v_).is_ok(), "a Result built from a Status must carry an error");
   }
@@ -106,16 +106,18 @@ class [[nodiscard]] Result {
 #define KV_STATUS_CONCAT_(a, b) KV_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not ok.
-#define KV_RETURN_IF_ERROR(expr)                                      \
-  do {                                                                \
-    ::kvserve::Status kv_status_ = (expr);                            \
-    if (!kv_status_.is_ok()) [[unlikely]] return kv_status_;          \
+#define KV_RETURN_IF_ERROR(expr)           \
+  do {                                     \
+    ::kvserve::Status kv_status_ = (expr); \
+    if (!kv_status_.is_ok()) [[unlikely]]  \
+      return kv_status_;                   \
   } while (0)
 
 // `lhs` = the value of a Result, or return its Status from the enclosing function.
 #define KV_ASSIGN_OR_RETURN(lhs, expr) \
   KV_ASSIGN_OR_RETURN_IMPL_(KV_STATUS_CONCAT_(kv_result_, __LINE__), lhs, expr)
-#define KV_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)         \
-  auto tmp = (expr);                                      \
-  if (!tmp.is_ok()) [[unlikely]] return tmp.status();     \
+#define KV_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                              \
+  if (!tmp.is_ok()) [[unlikely]]                  \
+    return tmp.status();                          \
   lhs = std::move(tmp).value()

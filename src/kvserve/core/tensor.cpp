@@ -6,15 +6,18 @@ namespace kvserve {
 
 std::string Device::to_string() const {
   switch (kind) {
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kCuda: return fmt::format("cuda:{}", index);
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kCuda:
+      return fmt::format("cuda:{}", index);
   }
   return "unknown";
 }
 
 std::string TensorView::shape_string() const {
   std::string s = "[";
-  for (int i = 0; i < ndim_; ++i) s += fmt::format("{}{}", i ? ", " : "", shape_[i]);
+  for (int i = 0; i < ndim_; ++i)
+    s += fmt::format("{}{}", i ? ", " : "", shape_[i]);
   return s + "]";
 }
 

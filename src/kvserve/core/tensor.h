@@ -108,7 +108,8 @@ class TensorView {
   }
   int64_t numel() const {
     int64_t n = 1;
-    for (int i = 0; i < ndim_; ++i) n *= shape_[i];
+    for (int i = 0; i < ndim_; ++i)
+      n *= shape_[i];
     return n;
   }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }

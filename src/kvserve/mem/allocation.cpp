@@ -28,7 +28,8 @@ Status alloc_for_extend(const KvMemory& mem, std::span<KvReqState* const> reqs,
   evict_from_tree_cache(mem, mem.allocator.extend_slots_needed(prefix_lens, seq_lens));
   if (Status s = mem.allocator.alloc_extend(prefix_lens, seq_lens, last_loc, out_cache_loc);
       !s.is_ok()) {
-    for (const int32_t row : new_rows) mem.req_to_token.free(row);
+    for (const int32_t row : new_rows)
+      mem.req_to_token.free(row);
     return s;
   }
 
@@ -56,8 +57,7 @@ Status alloc_for_decode(const KvMemory& mem, std::span<KvReqState* const> reqs,
   std::vector<int32_t> last_loc(bs);
   for (size_t i = 0; i < bs; ++i) {
     const KvReqState& r = *reqs[i];
-    KV_CHECK(r.row != kNoRow && r.kv_allocated_len >= 1, "request {}: decode without a prefill",
-             i);
+    KV_CHECK(r.row != kNoRow && r.kv_allocated_len >= 1, "request {}: decode without a prefill", i);
     KV_CHECK_LT(r.kv_allocated_len, mem.req_to_token.max_context_len(), "request {}", i);
     seq_lens[i] = r.kv_allocated_len + 1;
     last_loc[i] = mem.req_to_token.at(r.row, r.kv_allocated_len - 1);
@@ -75,7 +75,8 @@ Status alloc_for_decode(const KvMemory& mem, std::span<KvReqState* const> reqs,
 
 void write_cache_indices(ReqToTokenPool& req_to_token, std::span<const int32_t> rows,
                          std::span<const std::span<const int32_t>> prefixes,
-                         std::span<const int32_t> seq_lens, std::span<const int32_t> out_cache_loc) {
+                         std::span<const int32_t> seq_lens,
+                         std::span<const int32_t> out_cache_loc) {
   KV_CHECK(prefixes.size() == rows.size() && seq_lens.size() == rows.size());
   size_t pt = 0;
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -33,7 +33,8 @@ BaseTokenToKVPoolAllocator::BaseTokenToKVPoolAllocator(int64_t size, int32_t pag
 void BaseTokenToKVPoolAllocator::clear() {
   KV_CHECK(!in_group_, "clear() inside a free group");
   // Stack order so that page 1 is handed out first, then 2, ...
-  for (int64_t i = 0; i < num_pages_; ++i) free_[i] = static_cast<int32_t>(num_pages_ - i);
+  for (int64_t i = 0; i < num_pages_; ++i)
+    free_[i] = static_cast<int32_t>(num_pages_ - i);
   free_top_ = num_pages_;
   std::fill(page_free_.begin(), page_free_.end(), uint8_t{1});
   page_free_[0] = 0;
@@ -101,7 +102,8 @@ void BaseTokenToKVPoolAllocator::restore_state(const AllocatorState& state) {
   KV_CHECK_EQ(state.generation, generation_,
               "restore_state() after a free or clear since backup_state(): those pages would leak");
   KV_CHECK_LE(free_top_, state.free_top);
-  for (int64_t i = free_top_; i < state.free_top; ++i) page_free_[free_[i]] = 1;
+  for (int64_t i = free_top_; i < state.free_top; ++i)
+    page_free_[free_[i]] = 1;
   free_top_ = state.free_top;
 }
 
@@ -117,7 +119,8 @@ int64_t BaseTokenToKVPoolAllocator::extend_slots_needed(std::span<const int32_t>
 
 int64_t BaseTokenToKVPoolAllocator::decode_slots_needed(std::span<const int32_t> seq_lens) const {
   int64_t pages = 0;
-  for (const int32_t s : seq_lens) pages += offset_in_page(s - 1) == 0;
+  for (const int32_t s : seq_lens)
+    pages += offset_in_page(s - 1) == 0;
   return pages * page_size_;
 }
 
@@ -174,7 +177,8 @@ Status PagedTokenToKVPoolAllocator::alloc(int64_t n, std::vector<int32_t>& out) 
   pop_pages(pages, page_ids);
   for (int64_t p = 0; p < pages; ++p) {
     const int32_t base = page_ids[p] * page_size_;
-    for (int32_t k = 0; k < page_size_; ++k) out[p * page_size_ + k] = base + k;
+    for (int32_t k = 0; k < page_size_; ++k)
+      out[p * page_size_ + k] = base + k;
   }
   return Status::ok();
 }
@@ -212,12 +216,14 @@ Status PagedTokenToKVPoolAllocator::alloc_extend(std::span<const int32_t> prefix
     const int64_t seq = seq_lens[i];
     // Part 1: the rest of the prefix's partial last page, right after last_loc.
     const int64_t num1 = std::min(seq, ceil_align(pre, ps)) - pre;
-    for (int64_t k = 0; k < num1; ++k) out[o++] = static_cast<int32_t>(last_loc[i] + 1 + k);
+    for (int64_t k = 0; k < num1; ++k)
+      out[o++] = static_cast<int32_t>(last_loc[i] + 1 + k);
     // Parts 2 and 3: whole new pages, then a trailing partial page.
     for (int64_t pos = pre + num1; pos < seq; pos += ps) {
       pop_pages(1, pages);
       const int64_t n = std::min<int64_t>(ps, seq - pos);
-      for (int64_t k = 0; k < n; ++k) out[o++] = static_cast<int32_t>(pages[0] * ps + k);
+      for (int64_t k = 0; k < n; ++k)
+        out[o++] = static_cast<int32_t>(pages[0] * ps + k);
     }
   }
   KV_CHECK_EQ(o, total_tokens);

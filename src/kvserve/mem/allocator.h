@@ -38,7 +38,7 @@ class BaseTokenToKVPoolAllocator {
   BaseTokenToKVPoolAllocator& operator=(const BaseTokenToKVPoolAllocator&) = delete;
 
   int32_t page_size() const { return page_size_; }
-  int64_t num_pages() const { return num_pages_; }      // usable pages, page 0 excluded
+  int64_t num_pages() const { return num_pages_; }          // usable pages, page 0 excluded
   int64_t size() const { return num_pages_ * page_size_; }  // usable slots
   int64_t available_size() const { return free_top_ * page_size_; }
 
@@ -47,8 +47,8 @@ class BaseTokenToKVPoolAllocator {
   // Slots for positions [prefix_lens[i], seq_lens[i]) of each request, request-major, into `out`.
   // last_loc[i] is the slot of position prefix_lens[i] - 1, or kNoSlot when prefix_lens[i] == 0.
   virtual Status alloc_extend(std::span<const int32_t> prefix_lens,
-                              std::span<const int32_t> seq_lens,
-                              std::span<const int32_t> last_loc, std::vector<int32_t>& out) = 0;
+                              std::span<const int32_t> seq_lens, std::span<const int32_t> last_loc,
+                              std::vector<int32_t>& out) = 0;
   // One slot per request for position seq_lens[i] - 1; seq_lens are the lengths after this step
   // and last_loc[i] is the slot of position seq_lens[i] - 2.
   virtual Status alloc_decode(std::span<const int32_t> seq_lens, std::span<const int32_t> last_loc,

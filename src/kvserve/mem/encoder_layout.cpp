@@ -20,7 +20,9 @@ int32_t encoder_reserved_len(int32_t encoder_len, int32_t page_size, EncoderKvLa
   return static_cast<int32_t>(ceil_align(encoder_len, page_size));
 }
 
-KvRange cross_attention_range(const EncDecRow& r) { return {r.row, 0, r.encoder_len}; }
+KvRange cross_attention_range(const EncDecRow& r) {
+  return {r.row, 0, r.encoder_len};
+}
 
 KvRange self_attention_range(const EncDecRow& r, int32_t page_size, EncoderKvLayout layout) {
   return {r.row, encoder_reserved_len(r.encoder_len, page_size, layout), r.decoder_len};

@@ -16,14 +16,20 @@ constexpr int32_t kCache = -1;  // owners >= 0 are indices into `live`
 
 std::string owner_name(int32_t owner) {
   switch (owner) {
-    case kUnowned: return "nobody";
-    case kFree: return "the free list";
-    case kCache: return "the prefix cache";
-    default: return fmt::format("live request #{}", owner);
+    case kUnowned:
+      return "nobody";
+    case kFree:
+      return "the free list";
+    case kCache:
+      return "the prefix cache";
+    default:
+      return fmt::format("live request #{}", owner);
   }
 }
 
-Status violation(std::string message) { return Status(StatusCode::kInternal, std::move(message)); }
+Status violation(std::string message) {
+  return Status(StatusCode::kInternal, std::move(message));
+}
 
 }  // namespace
 
@@ -113,8 +119,8 @@ Status check_memory_invariants(const KvMemory& mem, std::span<const KvReqState* 
     if (q.cache_protected_len % ps != 0 || q.cache_protected_len > q.kv_allocated_len ||
         q.kv_committed_len > q.kv_allocated_len) {
       return violation(fmt::format("request #{}: protected {} committed {} allocated {} (page {})",
-                                   i, q.cache_protected_len, q.kv_committed_len,
-                                   q.kv_allocated_len, ps));
+                                   i, q.cache_protected_len, q.kv_committed_len, q.kv_allocated_len,
+                                   ps));
     }
     if (!range_is_paged(mem.req_to_token, KvRange{q.row, 0, q.kv_allocated_len}, ps)) {
       return violation(fmt::format("request #{}: row {} breaks the paging invariant", i, q.row));
@@ -137,8 +143,8 @@ Status check_memory_invariants(const KvMemory& mem, std::span<const KvReqState* 
     }
     const int64_t expected = ceil_align(q.kv_allocated_len, ps) - q.cache_protected_len;
     if (pages * ps != expected) {
-      return violation(fmt::format("request #{} owns {} pages, expected {} slots", i, pages,
-                                   expected));
+      return violation(
+          fmt::format("request #{} owns {} pages, expected {} slots", i, pages, expected));
     }
     r.request_owned += expected;
   }

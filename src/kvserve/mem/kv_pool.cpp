@@ -19,7 +19,8 @@ Result<std::unique_ptr<MHATokenToKVPool>> MHATokenToKVPool::create(platform::Pla
   if (!is_floating(config.dtype)) {
     return invalid_argument("KV cache dtype {} is not a floating type", dtype_name(config.dtype));
   }
-  const size_t bytes = config.bytes_per_token() * static_cast<size_t>(config.size + config.page_size);
+  const size_t bytes =
+      config.bytes_per_token() * static_cast<size_t>(config.size + config.page_size);
   KV_ASSIGN_OR_RETURN(Buffer storage, platform.allocate_buffer(bytes));
   platform.memset(storage.data(), 0, bytes);
   platform.synchronize();

@@ -51,8 +51,8 @@ class MHATokenToKVPool {
   // Writes k[t], v[t] (each [num_kv_heads, head_dim], any float dtype but fp8) to slot loc[t] of
   // `layer`, converting to the cache dtype (dividing by the layer's scale for fp8). `loc` is i32
   // and every tensor is on this pool's device.
-  void set_kv_buffer(int32_t layer, const TensorView& loc, const TensorView& k,
-                     const TensorView& v, platform::StreamHandle stream = {});
+  void set_kv_buffer(int32_t layer, const TensorView& loc, const TensorView& k, const TensorView& v,
+                     platform::StreamHandle stream = {});
 
   void set_kv_scales(int32_t layer, float k_scale, float v_scale);
   float k_scale(int32_t layer) const { return k_scale_.at(layer); }

@@ -6,13 +6,15 @@ namespace kvserve::mem {
 
 int64_t PageTable::total_kv() const {
   int64_t n = 0;
-  for (const int32_t l : kv_lens) n += l;
+  for (const int32_t l : kv_lens)
+    n += l;
   return n;
 }
 
 int64_t KvIndices::total_kv() const {
   int64_t n = 0;
-  for (const int32_t l : kv_lens) n += l;
+  for (const int32_t l : kv_lens)
+    n += l;
   return n;
 }
 
@@ -32,7 +34,8 @@ void build_page_table(const ReqToTokenPool& req_to_token, std::span<const KvRang
     const KvRange& r = ranges[b];
     const auto row = req_to_token.row(r.row, r.start, r.len);
     int32_t* dst = out.table.data() + b * out.max_pages;
-    for (int32_t j = 0; j * page_size < r.len; ++j) dst[j] = row[j * page_size] / page_size;
+    for (int32_t j = 0; j * page_size < r.len; ++j)
+      dst[j] = row[j * page_size] / page_size;
   }
 }
 
@@ -57,14 +60,16 @@ void build_kv_indices(const ReqToTokenPool& req_to_token, std::span<const KvRang
     const KvRange& r = ranges[b];
     const auto row = req_to_token.row(r.row, r.start, r.len);
     int32_t* dst = out.indices.data() + out.indptr[b];
-    for (int32_t j = 0; j * ps < r.len; ++j) dst[j] = row[j * ps] / ps;
+    for (int32_t j = 0; j * ps < r.len; ++j)
+      dst[j] = row[j * ps] / ps;
   }
 }
 
 void build_cu_seqlens(std::span<const int32_t> lens, std::vector<int32_t>& cu) {
   cu.resize(lens.size() + 1);
   cu[0] = 0;
-  for (size_t i = 0; i < lens.size(); ++i) cu[i + 1] = cu[i] + lens[i];
+  for (size_t i = 0; i < lens.size(); ++i)
+    cu[i + 1] = cu[i] + lens[i];
 }
 
 bool range_is_paged(const ReqToTokenPool& req_to_token, const KvRange& range, int32_t page_size) {

@@ -27,9 +27,9 @@ struct KvRange {
 
 struct PageTable {
   int32_t page_size = 1;
-  int32_t max_pages = 0;           // columns of `table`
-  std::vector<int32_t> table;      // [batch, max_pages]; unused entries are page 0
-  std::vector<int32_t> kv_lens;    // [batch] tokens per request
+  int32_t max_pages = 0;         // columns of `table`
+  std::vector<int32_t> table;    // [batch, max_pages]; unused entries are page 0
+  std::vector<int32_t> kv_lens;  // [batch] tokens per request
   int64_t total_kv() const;
 };
 

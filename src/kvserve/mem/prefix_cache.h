@@ -26,9 +26,9 @@ struct CacheNode;
 //   row[cache_protected_len, kv_allocated_len) slots owned by this request
 // cache_protected_len is always a multiple of the page size.
 struct KvReqState {
-  int32_t row = kNoRow;            // req_to_token row
-  int32_t kv_committed_len = 0;    // positions whose KV this request has computed (or is computing)
-  int32_t kv_allocated_len = 0;    // positions with a slot in the row
+  int32_t row = kNoRow;          // req_to_token row
+  int32_t kv_committed_len = 0;  // positions whose KV this request has computed (or is computing)
+  int32_t kv_allocated_len = 0;  // positions with a slot in the row
   int32_t cache_protected_len = 0;
   CacheNode* last_node = nullptr;  // the locked node whose path covers [0, cache_protected_len)
   // Slots of positions [0, prefix_len) that the next extend reuses: a prefix-cache hit, or the
@@ -37,8 +37,8 @@ struct KvReqState {
 };
 
 struct MatchResult {
-  std::vector<int32_t> indices;     // KV slots of the matched prefix (whole pages)
-  CacheNode* last_node = nullptr;   // deepest node of the match; the root when nothing matched
+  std::vector<int32_t> indices;    // KV slots of the matched prefix (whole pages)
+  CacheNode* last_node = nullptr;  // deepest node of the match; the root when nothing matched
 };
 
 // One node of a prefix cache as the invariant checker and tests see it.
@@ -47,11 +47,11 @@ struct CachedRun {
   int32_t start = 0;               // this node covers path[start, path.size())
   std::span<const int32_t> slots;  // KV slots of path[start, path.size())
   int32_t lock_ref = 0;
-  uint64_t last_access = 0;        // logical clock of the last match or insert through it
+  uint64_t last_access = 0;  // logical clock of the last match or insert through it
 };
 
 struct CacheSizes {
-  int64_t evictable = 0;  // cached tokens no request holds
+  int64_t evictable = 0;   // cached tokens no request holds
   int64_t protected_ = 0;  // cached tokens on a locked path
 };
 

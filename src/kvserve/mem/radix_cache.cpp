@@ -128,9 +128,7 @@ CacheNode* RadixCache::split(CacheNode* child, int64_t split_len) {
   return raw;
 }
 
-MatchResult RadixCache::match_prefix(std::span<const int32_t> key) {
-  MatchResult result;
-  key = key.first(floor_align(static_cast<int64_t>(key.size()), page_size_));
+RadixCache::Walk RadixCache::walk(std::span<const int32_t> key, std::vector<int32_t>* slots) {
   const uint64_t now = ++clock_;
   CacheNode* node = root_.get();
   node->last_access = now;
@@ -139,40 +137,34 @@ MatchResult RadixCache::match_prefix(std::span<const int32_t> key) {
     CacheNode* child = find_child(node, key.subspan(pos));
     if (child == nullptr) break;
     const int64_t n = match_len(child->key, key.subspan(pos));
-    const bool partial = n < child->size();
-    if (partial) child = split(child, n);
-    result.indices.insert(result.indices.end(), child->value.begin(), child->value.end());
+    // A mismatch inside the child: split so the walk ends on a node boundary. The remainder's
+    // first page differs from key[pos + n:], so the next find_child misses and the walk ends.
+    if (n < child->size()) child = split(child, n);
+    if (slots != nullptr) slots->insert(slots->end(), child->value.begin(), child->value.end());
     touch(child, now);
     node = child;
     pos += n;
-    if (partial) break;
   }
-  result.last_node = node;
+  return {node, pos};
+}
+
+MatchResult RadixCache::match_prefix(std::span<const int32_t> key) {
+  MatchResult result;
+  key = key.first(floor_align(static_cast<int64_t>(key.size()), page_size_));
+  result.last_node = walk(key, &result.indices).node;
   return result;
 }
 
 int64_t RadixCache::insert(std::span<const int32_t> key, std::span<const int32_t> value) {
   KV_CHECK_EQ(key.size(), value.size());
   KV_CHECK_EQ(key.size() % page_size_, 0u, "insert of a partial page");
-  const uint64_t now = ++clock_;
-  CacheNode* node = root_.get();
-  node->last_access = now;
-  size_t pos = 0;
-  while (pos < key.size()) {
-    CacheNode* child = find_child(node, key.subspan(pos));
-    if (child == nullptr) break;
-    const int64_t n = match_len(child->key, key.subspan(pos));
-    if (n < child->size()) child = split(child, n);
-    touch(child, now);
-    node = child;
-    pos += n;
-  }
+  const auto [node, pos] = walk(key, nullptr);
   if (pos < key.size()) {
     auto leaf = std::make_unique<CacheNode>();
     leaf->parent = node;
     leaf->key.assign(key.begin() + pos, key.end());
     leaf->value.assign(value.begin() + pos, value.end());
-    leaf->last_access = now;
+    leaf->last_access = clock_;
     leaf->hit_count = 1;
     leaf->id = next_id_++;
     CacheNode* raw = leaf.get();
@@ -296,7 +288,8 @@ void RadixCache::for_each_cached_run(const std::function<void(const CachedRun&)>
   std::vector<int32_t> path;
   // Iterative DFS: (node, path length before it).
   std::vector<std::pair<const CacheNode*, size_t>> stack;
-  for (const auto& [hash, child] : root_->children) stack.emplace_back(child.get(), 0);
+  for (const auto& [hash, child] : root_->children)
+    stack.emplace_back(child.get(), 0);
   while (!stack.empty()) {
     const auto [node, depth] = stack.back();
     stack.pop_back();
@@ -304,7 +297,8 @@ void RadixCache::for_each_cached_run(const std::function<void(const CachedRun&)>
     path.insert(path.end(), node->key.begin(), node->key.end());
     fn(CachedRun{path, static_cast<int32_t>(depth), node->value, node->lock_ref,
                  node->last_access});
-    for (const auto& [hash, child] : node->children) stack.emplace_back(child.get(), path.size());
+    for (const auto& [hash, child] : node->children)
+      stack.emplace_back(child.get(), path.size());
   }
 }
 
@@ -319,10 +313,11 @@ Status RadixCache::check_consistency() const {
     stack.pop_back();
     int64_t child_locks = 0;
     for (const auto& [hash, child] : node->children) {
-      if (child->parent != node) return make_status(StatusCode::kInternal, "node {}: bad parent", child->id);
+      if (child->parent != node)
+        return make_status(StatusCode::kInternal, "node {}: bad parent", child->id);
       if (child->key.empty() || hash != child_key(child->key)) {
-        return make_status(StatusCode::kInternal, "node {}: child key does not match its first page",
-                           child->id);
+        return make_status(StatusCode::kInternal,
+                           "node {}: child key does not match its first page", child->id);
       }
       child_locks += child->lock_ref;
       stack.push_back(child.get());
@@ -335,7 +330,8 @@ Status RadixCache::check_consistency() const {
     }
     for (size_t i = 0; i < node->value.size(); ++i) {
       const int32_t first = node->value[i - i % page_size_];
-      if (first % page_size_ != 0 || node->value[i] != first + static_cast<int32_t>(i % page_size_)) {
+      if (first % page_size_ != 0 ||
+          node->value[i] != first + static_cast<int32_t>(i % page_size_)) {
         return make_status(StatusCode::kInternal, "node {}: slot {} breaks page contiguity",
                            node->id, node->value[i]);
       }
@@ -347,8 +343,8 @@ Status RadixCache::check_consistency() const {
     (node->lock_ref == 0 ? evictable : protected_tokens) += node->size();
     const bool should = node->children.empty() && node->lock_ref == 0;
     if (should != node->in_evictable_set) {
-      return make_status(StatusCode::kInternal, "node {}: evictable-set membership is {}",
-                         node->id, node->in_evictable_set);
+      return make_status(StatusCode::kInternal, "node {}: evictable-set membership is {}", node->id,
+                         node->in_evictable_set);
     }
     leaves_in_set += node->in_evictable_set;
   }

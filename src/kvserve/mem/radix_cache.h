@@ -58,6 +58,14 @@ class RadixCache final : public PrefixCache {
     bool operator()(const CacheNode* a, const CacheNode* b) const;
   };
 
+  struct Walk {
+    CacheNode* node;  // deepest node whose whole path matches key
+    size_t matched;   // tokens of key matched (whole pages)
+  };
+  // Follows `key` from the root, splitting the node where a match ends inside it, and refreshes
+  // the access time of every node on the path (one clock tick per walk). Appends the matched
+  // slots to `slots` when given.
+  Walk walk(std::span<const int32_t> key, std::vector<int32_t>* slots);
   CacheNode* find_child(const CacheNode* node, std::span<const int32_t> key) const;
   uint64_t child_key(std::span<const int32_t> key) const;
   int64_t match_len(std::span<const int32_t> a, std::span<const int32_t> b) const;

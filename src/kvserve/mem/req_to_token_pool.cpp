@@ -5,7 +5,9 @@
 
 namespace kvserve::mem {
 
-void ReqToTokenPool::FreeDeleter::operator()(int32_t* p) const { std::free(p); }
+void ReqToTokenPool::FreeDeleter::operator()(int32_t* p) const {
+  std::free(p);
+}
 
 ReqToTokenPool::ReqToTokenPool(int32_t size, int32_t max_context_len)
     : size_(size), max_context_len_(max_context_len) {
@@ -20,7 +22,8 @@ ReqToTokenPool::ReqToTokenPool(int32_t size, int32_t max_context_len)
 
 void ReqToTokenPool::clear() {
   free_rows_.resize(size_);
-  for (int32_t i = 0; i < size_; ++i) free_rows_[i] = size_ - i;
+  for (int32_t i = 0; i < size_; ++i)
+    free_rows_[i] = size_ - i;
   std::fill(allocated_.begin(), allocated_.end(), uint8_t{0});
 }
 

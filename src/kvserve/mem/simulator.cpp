@@ -101,7 +101,8 @@ struct MemorySimulator::Impl {
     content.assign(allocator->size() + ps, {-1, -1});
     for (int i = 0; i < 6; ++i) {
       std::vector<int32_t> f(uniform(0, 3 * unit));
-      for (int32_t& t : f) t = random_token();
+      for (int32_t& t : f)
+        t = random_token();
       families.push_back(std::move(f));
     }
   }
@@ -131,7 +132,8 @@ struct MemorySimulator::Impl {
     for (const uint64_t h : prefix_hashes(key)) {
       const auto it = ref.find(h);
       if (it == ref.end()) break;
-      for (int32_t k = 0; k < ps; ++k) indices->push_back(it->second.first_slot + k);
+      for (int32_t k = 0; k < ps; ++k)
+        indices->push_back(it->second.first_slot + k);
       n += ps;
     }
     return n;
@@ -175,13 +177,13 @@ struct MemorySimulator::Impl {
   // Compares the cache with the reference. Pages the reference has and the cache lost were
   // evicted: they must have been unlocked, whole subtrees, and (LRU) no newer than any unlocked
   // leaf the cache kept. Call right after anything that may evict.
-  void absorb_evictions(int64_t requested = -1, int64_t evictable_before = 0,
-                        int64_t freed = 0) {
+  void absorb_evictions(int64_t requested = -1, int64_t evictable_before = 0, int64_t freed = 0) {
     if (!cfg.radix_cache) return;
     std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> cached;  // hash -> (slot, lock)
     cache->for_each_cached_run([&](const CachedRun& run) {
       uint64_t h = kRootHash;
-      for (int32_t p = 0; p < run.start; p += ps) h = page_hash(h, run.path.subspan(p, ps));
+      for (int32_t p = 0; p < run.start; p += ps)
+        h = page_hash(h, run.path.subspan(p, ps));
       for (size_t p = run.start; p < run.path.size(); p += ps) {
         h = page_hash(h, run.path.subspan(p, ps));
         cached[h] = {run.slots[p - run.start], run.lock_ref};
@@ -225,12 +227,13 @@ struct MemorySimulator::Impl {
       for (const auto& [h, page] : ref) {
         if (!evicted.contains(h) && page.locks == 0 && !has_child.contains(h) &&
             page.time < newest_evicted) {
-          fail("LRU order: kept an unlocked leaf used at {}, evicted a page used at {}",
-               page.time, newest_evicted);
+          fail("LRU order: kept an unlocked leaf used at {}, evicted a page used at {}", page.time,
+               newest_evicted);
         }
       }
     }
-    for (const uint64_t h : evicted) ref.erase(h);
+    for (const uint64_t h : evicted)
+      ref.erase(h);
     stats.evicted_tokens += static_cast<int64_t>(evicted.size()) * ps;
   }
 
@@ -238,7 +241,8 @@ struct MemorySimulator::Impl {
 
   void check_all() {
     std::vector<const KvReqState*> states;
-    for (const auto& r : live) states.push_back(&r->kv);
+    for (const auto& r : live)
+      states.push_back(&r->kv);
     MemoryReport report;
     const Status s = check_memory_invariants(mem(), states, &report);
     if (!s.is_ok()) fail("{} [{}]", s.message(), report.to_string());
@@ -248,8 +252,8 @@ struct MemorySimulator::Impl {
       for (int32_t p = 0; p < r->kv.kv_committed_len; ++p) {
         const auto [token, pos] = content[row[p]];
         if (token != r->tokens[p] || pos != p) {
-          fail("request {} position {}: slot {} holds token {} of position {}, expected {}",
-               r->id, p, row[p], token, pos, r->tokens[p]);
+          fail("request {} position {}: slot {} holds token {} of position {}, expected {}", r->id,
+               p, row[p], token, pos, r->tokens[p]);
         }
       }
       if (r->prefilling) {
@@ -270,14 +274,14 @@ struct MemorySimulator::Impl {
       }
     });
     absorb_evictions();
-    if (cfg.radix_cache && static_cast<int64_t>(ref.size()) * ps != cache->sizes().evictable +
-                                                                      cache->sizes().protected_) {
+    if (cfg.radix_cache && static_cast<int64_t>(ref.size()) * ps !=
+                               cache->sizes().evictable + cache->sizes().protected_) {
       fail("the cache reports {} tokens, the reference {}",
            cache->sizes().evictable + cache->sizes().protected_, ref.size() * ps);
     }
     stats.max_live = std::max(stats.max_live, static_cast<int32_t>(live.size()));
-    stats.max_cached_tokens = std::max(stats.max_cached_tokens,
-                                       cache->sizes().evictable + cache->sizes().protected_);
+    stats.max_cached_tokens =
+        std::max(stats.max_cached_tokens, cache->sizes().evictable + cache->sizes().protected_);
   }
 
   // --- request lifecycle -----------------------------------------------------------------
@@ -295,7 +299,8 @@ struct MemorySimulator::Impl {
       }
       p.assign(base.begin(), base.begin() + cut);
       const int64_t suffix = uniform(p.empty() ? 1 : 0, 2 * unit);
-      for (int64_t i = 0; i < suffix; ++i) p.push_back(random_token());
+      for (int64_t i = 0; i < suffix; ++i)
+        p.push_back(random_token());
     }
     if (static_cast<int32_t>(p.size()) > max_len) p.resize(max_len);
     last_prompt = p;
@@ -333,7 +338,8 @@ struct MemorySimulator::Impl {
 
   // Result processing after an extend of positions [from, seq).
   void after_extend(SimReq& r, int32_t from, int32_t seq, const std::vector<int32_t>& out) {
-    if (static_cast<int32_t>(out.size()) != seq - from) fail("out_cache_loc has {} slots", out.size());
+    if (static_cast<int32_t>(out.size()) != seq - from)
+      fail("out_cache_loc has {} slots", out.size());
     const auto row = req_to_token->row(r.kv.row, from, seq - from);
     if (!std::equal(out.begin(), out.end(), row.begin())) fail("row does not hold out_cache_loc");
     write_kv(out, r, from);
@@ -394,7 +400,8 @@ struct MemorySimulator::Impl {
     r->kv.last_node = m.last_node;
 
     int32_t seq = r->prompt_len;
-    if (chance(0.3) && seq - matched > 1) seq = matched + static_cast<int32_t>(uniform(1, seq - matched - 1));
+    if (chance(0.3) && seq - matched > 1)
+      seq = matched + static_cast<int32_t>(uniform(1, seq - matched - 1));
     std::vector<int32_t> out;
     KvReqState* kv = &r->kv;
     const Status s = alloc_for_extend(mem(), std::span(&kv, 1), std::span(&seq, 1), out);
@@ -422,7 +429,8 @@ struct MemorySimulator::Impl {
     op = "chunk";
     SimReq& r = *chunked[uniform(0, static_cast<int64_t>(chunked.size()) - 1)];
     const int32_t from = r.kv.kv_committed_len;
-    int32_t seq = std::min<int32_t>(r.prompt_len, from + static_cast<int32_t>(uniform(1, 2 * unit)));
+    int32_t seq =
+        std::min<int32_t>(r.prompt_len, from + static_cast<int32_t>(uniform(1, 2 * unit)));
     const KvReqState before = r.kv;
     std::vector<int32_t> out;
     KvReqState* kv = &r.kv;
@@ -457,7 +465,8 @@ struct MemorySimulator::Impl {
       if (batch.empty()) batch.push_back(running[0]);
     }
     std::vector<KvReqState*> states;
-    for (SimReq* r : batch) states.push_back(&r->kv);
+    for (SimReq* r : batch)
+      states.push_back(&r->kv);
     std::vector<int32_t> out;
     const Status s = alloc_for_decode(mem(), states, out);
     absorb_evictions();
@@ -467,7 +476,8 @@ struct MemorySimulator::Impl {
       ++stats.decode_oom;
       // Retract as SGLang does: fewest generated tokens first, then the longest prompt.
       SimReq* victim = *std::min_element(running.begin(), running.end(), [](auto* a, auto* b) {
-        return std::pair(a->generated(), -a->prompt_len) < std::pair(b->generated(), -b->prompt_len);
+        return std::pair(a->generated(), -a->prompt_len) <
+               std::pair(b->generated(), -b->prompt_len);
       });
       release(*victim, /*insert=*/false);
       remove_live(victim);
@@ -478,10 +488,12 @@ struct MemorySimulator::Impl {
     for (size_t i = 0; i < batch.size(); ++i) {
       SimReq& r = *batch[i];
       const int32_t pos = r.kv.kv_allocated_len - 1;
-      if (static_cast<int32_t>(r.tokens.size()) != pos + 1) fail("decode position {} of {}", pos, r.tokens.size());
+      if (static_cast<int32_t>(r.tokens.size()) != pos + 1)
+        fail("decode position {} of {}", pos, r.tokens.size());
       content[out[i]] = {r.tokens[pos], pos};
       r.tokens.push_back(random_token());
-      if (r.generated() >= r.max_new || static_cast<int32_t>(r.tokens.size()) >= max_context_len - 1) {
+      if (r.generated() >= r.max_new ||
+          static_cast<int32_t>(r.tokens.size()) >= max_context_len - 1) {
         done.push_back(&r);
       }
     }
@@ -492,9 +504,11 @@ struct MemorySimulator::Impl {
     if (reqs.empty()) return;
     const bool group = reqs.size() > 1 || chance(0.5);
     if (group) allocator->free_group_begin();
-    for (SimReq* r : reqs) release(*r, insert);
+    for (SimReq* r : reqs)
+      release(*r, insert);
     if (group) allocator->free_group_end();
-    for (SimReq* r : reqs) remove_live(r);
+    for (SimReq* r : reqs)
+      remove_live(r);
     stats.finished += static_cast<int64_t>(reqs.size());
   }
 
@@ -525,7 +539,8 @@ struct MemorySimulator::Impl {
     std::vector<int32_t> key;
     if (!live.empty() && chance(0.5)) {
       const auto& r = *live[uniform(0, static_cast<int64_t>(live.size()) - 1)];
-      key.assign(r.tokens.begin(), r.tokens.begin() + uniform(0, static_cast<int64_t>(r.tokens.size())));
+      key.assign(r.tokens.begin(),
+                 r.tokens.begin() + uniform(0, static_cast<int64_t>(r.tokens.size())));
     } else {
       key = gen_prompt(max_context_len);
     }
@@ -544,13 +559,16 @@ struct MemorySimulator::Impl {
       std::unordered_set<int64_t> in_use;
       for (const auto& r : live) {
         const auto row = req_to_token->row(r->kv.row, 0, r->kv.kv_allocated_len);
-        for (const int32_t slot : row) in_use.insert(slot / ps);
+        for (const int32_t slot : row)
+          in_use.insert(slot / ps);
       }
       cache->for_each_cached_run([&](const CachedRun& run) {
-        for (const int32_t slot : run.slots) in_use.insert(slot / ps);
+        for (const int32_t slot : run.slots)
+          in_use.insert(slot / ps);
       });
       for (size_t i = 0; i < out.size(); ++i) {
-        if (out[i] < ps || in_use.contains(out[i] / ps)) fail("alloc handed out slot {} in use", out[i]);
+        if (out[i] < ps || in_use.contains(out[i] / ps))
+          fail("alloc handed out slot {} in use", out[i]);
         if (i % ps != 0 && out[i] != out[i - 1] + 1) fail("alloc broke a page at slot {}", out[i]);
       }
     } else if (n <= avail) {
@@ -564,7 +582,8 @@ struct MemorySimulator::Impl {
   void drain_and_flush() {
     op = "flush";
     std::vector<SimReq*> all;
-    for (const auto& r : live) all.push_back(r.get());
+    for (const auto& r : live)
+      all.push_back(r.get());
     finish(all, chance(0.8));
     cache->reset();
     absorb_evictions();
@@ -606,10 +625,13 @@ Status MemorySimulator::step() {
 }
 
 Status MemorySimulator::run(int64_t steps) {
-  for (int64_t i = 0; i < steps; ++i) KV_RETURN_IF_ERROR(step());
+  for (int64_t i = 0; i < steps; ++i)
+    KV_RETURN_IF_ERROR(step());
   return Status::ok();
 }
 
-const SimulatorStats& MemorySimulator::stats() const { return impl_->stats; }
+const SimulatorStats& MemorySimulator::stats() const {
+  return impl_->stats;
+}
 
 }  // namespace kvserve::mem

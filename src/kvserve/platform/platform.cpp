@@ -12,12 +12,15 @@ Result<Buffer> Platform::allocate_buffer(size_t bytes) {
   return Buffer(ptr, bytes, device(), this);
 }
 
-bool cuda_compiled() { return cuda::compiled(); }
+bool cuda_compiled() {
+  return cuda::compiled();
+}
 
 std::vector<PlatformInfo> list_platforms() {
   std::vector<PlatformInfo> out;
   out.push_back({Device{DeviceKind::kCpu, 0}, cpu::describe_host()});
-  for (PlatformInfo& info : cuda::list_devices()) out.push_back(std::move(info));
+  for (PlatformInfo& info : cuda::list_devices())
+    out.push_back(std::move(info));
   return out;
 }
 
@@ -38,8 +41,10 @@ Result<Device> parse_device(std::string_view name) {
 
 Result<std::unique_ptr<Platform>> create_platform(Device device) {
   switch (device.kind) {
-    case DeviceKind::kCpu: return cpu::create_platform();
-    case DeviceKind::kCuda: return cuda::create_platform(device.index);
+    case DeviceKind::kCpu:
+      return cpu::create_platform();
+    case DeviceKind::kCuda:
+      return cuda::create_platform(device.index);
   }
   return invalid_argument("unknown device kind");
 }

@@ -89,7 +89,9 @@ class CpuPlatform final : public Platform {
 
 }  // namespace
 
-std::unique_ptr<Platform> create_platform() { return std::make_unique<CpuPlatform>(); }
+std::unique_ptr<Platform> create_platform() {
+  return std::make_unique<CpuPlatform>();
+}
 
 std::string describe_host() {
   utsname u{};

@@ -30,16 +30,24 @@ class DeviceGuard {
 
 cudaMemcpyKind to_cuda(CopyKind kind) {
   switch (kind) {
-    case CopyKind::kHostToDevice: return cudaMemcpyHostToDevice;
-    case CopyKind::kDeviceToHost: return cudaMemcpyDeviceToHost;
-    case CopyKind::kDeviceToDevice: return cudaMemcpyDeviceToDevice;
-    case CopyKind::kHostToHost: return cudaMemcpyHostToHost;
+    case CopyKind::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    case CopyKind::kDeviceToDevice:
+      return cudaMemcpyDeviceToDevice;
+    case CopyKind::kHostToHost:
+      return cudaMemcpyHostToHost;
   }
   return cudaMemcpyDefault;
 }
 
-cudaStream_t to_cuda(StreamHandle s) { return static_cast<cudaStream_t>(s.ptr); }
-cudaEvent_t to_cuda(EventHandle e) { return static_cast<cudaEvent_t>(e.ptr); }
+cudaStream_t to_cuda(StreamHandle s) {
+  return static_cast<cudaStream_t>(s.ptr);
+}
+cudaEvent_t to_cuda(EventHandle e) {
+  return static_cast<cudaEvent_t>(e.ptr);
+}
 
 std::string describe_device(int index) {
   cudaDeviceProp prop{};
@@ -90,8 +98,7 @@ class CudaPlatform final : public Platform {
     return info;
   }
 
-  void copy(void* dst, const void* src, size_t bytes, CopyKind kind,
-            StreamHandle stream) override {
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind, StreamHandle stream) override {
     if (bytes == 0) return;
     DeviceGuard guard(index_);
     KV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), to_cuda(stream)));
@@ -126,7 +133,9 @@ class CudaPlatform final : public Platform {
     KV_CUDA_CHECK(cudaEventCreate(&e));
     return EventHandle{e};
   }
-  void destroy_event(EventHandle event) override { KV_CUDA_CHECK(cudaEventDestroy(to_cuda(event))); }
+  void destroy_event(EventHandle event) override {
+    KV_CUDA_CHECK(cudaEventDestroy(to_cuda(event)));
+  }
   void record_event(EventHandle event, StreamHandle stream) override {
     DeviceGuard guard(index_);
     KV_CUDA_CHECK(cudaEventRecord(to_cuda(event), to_cuda(stream)));
@@ -166,20 +175,23 @@ int device_count() {
 
 }  // namespace
 
-bool compiled() { return true; }
+bool compiled() {
+  return true;
+}
 
 std::vector<PlatformInfo> list_devices() {
   std::vector<PlatformInfo> out;
   const int n = device_count();
-  for (int i = 0; i < n; ++i) out.push_back({Device{DeviceKind::kCuda, i}, describe_device(i)});
+  for (int i = 0; i < n; ++i)
+    out.push_back({Device{DeviceKind::kCuda, i}, describe_device(i)});
   return out;
 }
 
 Result<std::unique_ptr<Platform>> create_platform(int device_index) {
   const int n = device_count();
   if (device_index < 0 || device_index >= n) {
-    return unavailable("cuda:{} is not available: this machine has {} CUDA device(s)",
-                       device_index, n);
+    return unavailable("cuda:{} is not available: this machine has {} CUDA device(s)", device_index,
+                       n);
   }
   return std::unique_ptr<Platform>(std::make_unique<CudaPlatform>(device_index));
 }

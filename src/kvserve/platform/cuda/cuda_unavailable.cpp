@@ -3,9 +3,13 @@
 
 namespace kvserve::platform::cuda {
 
-bool compiled() { return false; }
+bool compiled() {
+  return false;
+}
 
-std::vector<PlatformInfo> list_devices() { return {}; }
+std::vector<PlatformInfo> list_devices() {
+  return {};
+}
 
 Result<std::unique_ptr<Platform>> create_platform(int /*device_index*/) {
   return unavailable("this kvserve was built without CUDA (configure with -DKVSERVE_CUDA=ON)");

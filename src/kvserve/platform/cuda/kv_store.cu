@@ -15,16 +15,26 @@ namespace {
   detail::check_failed(__FILE__, __LINE__, what, std::string(), std::string(dtype_name(t)));
 }
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
@@ -96,12 +106,18 @@ void launch_convert(const ops::KvStoreParams& p, cudaStream_t stream) {
 template <typename Src>
 void dispatch_cache_dtype(const ops::KvStoreParams& p, cudaStream_t stream) {
   switch (p.cache_dtype) {
-    case DType::kF32: return launch_convert<Src, float>(p, stream);
-    case DType::kF16: return launch_convert<Src, __half>(p, stream);
-    case DType::kBF16: return launch_convert<Src, __nv_bfloat16>(p, stream);
-    case DType::kFP8E4M3: return launch_convert<Src, Fp8<E4M3>>(p, stream);
-    case DType::kFP8E5M2: return launch_convert<Src, Fp8<E5M2>>(p, stream);
-    default: unsupported("KV cache dtype", p.cache_dtype);
+    case DType::kF32:
+      return launch_convert<Src, float>(p, stream);
+    case DType::kF16:
+      return launch_convert<Src, __half>(p, stream);
+    case DType::kBF16:
+      return launch_convert<Src, __nv_bfloat16>(p, stream);
+    case DType::kFP8E4M3:
+      return launch_convert<Src, Fp8<E4M3>>(p, stream);
+    case DType::kFP8E5M2:
+      return launch_convert<Src, Fp8<E5M2>>(p, stream);
+    default:
+      unsupported("KV cache dtype", p.cache_dtype);
   }
 }
 
@@ -120,10 +136,17 @@ void store_kv(const ops::KvStoreParams& p, StreamHandle stream_handle) {
     store_kv_copy_kernel<<<static_cast<unsigned>(p.num_tokens), threads, 0, stream>>>(p, words);
   } else {
     switch (p.src_dtype) {
-      case DType::kF32: dispatch_cache_dtype<float>(p, stream); break;
-      case DType::kF16: dispatch_cache_dtype<__half>(p, stream); break;
-      case DType::kBF16: dispatch_cache_dtype<__nv_bfloat16>(p, stream); break;
-      default: unsupported("K/V source dtype", p.src_dtype);
+      case DType::kF32:
+        dispatch_cache_dtype<float>(p, stream);
+        break;
+      case DType::kF16:
+        dispatch_cache_dtype<__half>(p, stream);
+        break;
+      case DType::kBF16:
+        dispatch_cache_dtype<__nv_bfloat16>(p, stream);
+        break;
+      default:
+        unsupported("K/V source dtype", p.src_dtype);
     }
   }
   KV_CUDA_CHECK(cudaGetLastError());

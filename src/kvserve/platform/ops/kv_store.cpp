@@ -20,10 +20,10 @@ void store_kv(const KvStoreParams& p) {
     const int64_t slot = p.loc[t];
     KV_CHECK(slot >= 0 && slot < p.num_slots, "token {}: slot {} outside the pool of {}", t, slot,
              p.num_slots);
-    convert_elements(k + t * src_row, p.src_dtype, kc + slot * dst_row, p.cache_dtype,
-                     p.row_elems, p.k_scale_inv);
-    convert_elements(v + t * src_row, p.src_dtype, vc + slot * dst_row, p.cache_dtype,
-                     p.row_elems, p.v_scale_inv);
+    convert_elements(k + t * src_row, p.src_dtype, kc + slot * dst_row, p.cache_dtype, p.row_elems,
+                     p.k_scale_inv);
+    convert_elements(v + t * src_row, p.src_dtype, vc + slot * dst_row, p.cache_dtype, p.row_elems,
+                     p.v_scale_inv);
   }
 }
 
@@ -33,8 +33,12 @@ void store_kv(platform::Platform& platform, const KvStoreParams& params,
               platform::StreamHandle stream) {
   if (params.num_tokens == 0) return;
   switch (platform.device().kind) {
-    case DeviceKind::kCpu: cpu::store_kv(params); return;
-    case DeviceKind::kCuda: platform::cuda::store_kv(params, stream); return;
+    case DeviceKind::kCpu:
+      cpu::store_kv(params);
+      return;
+    case DeviceKind::kCuda:
+      platform::cuda::store_kv(params, stream);
+      return;
   }
 }
 
