@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -86,6 +87,8 @@ class TensorView {
 
   TensorView() = default;
   TensorView(void* data, DType dtype, std::initializer_list<int64_t> shape, Device device = {})
+      : TensorView(data, dtype, std::span<const int64_t>(shape.begin(), shape.size()), device) {}
+  TensorView(void* data, DType dtype, std::span<const int64_t> shape, Device device = {})
       : data_(data), dtype_(dtype), device_(device) {
     KV_CHECK_LE(shape.size(), static_cast<size_t>(kMaxDims));
     for (int64_t d : shape) {
@@ -121,6 +124,37 @@ class TensorView {
   Device device_;
   std::array<int64_t, kMaxDims> shape_{};
   int ndim_ = 0;
+};
+
+// An owned, contiguous tensor: a Buffer plus its view. Move-only. Created through a platform
+// (Tensor::empty in platform/platform.h) so its memory lives on that platform's device.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(Buffer buffer, DType dtype, std::span<const int64_t> shape)
+      : buffer_(std::move(buffer)), view_(buffer_.data(), dtype, shape, buffer_.device()) {
+    KV_CHECK_LE(view_.bytes(), buffer_.bytes(), "tensor {} larger than its buffer",
+                view_.shape_string());
+  }
+
+  const TensorView& view() const { return view_; }
+  operator const TensorView&() const { return view_; }  // NOLINT(google-explicit-constructor)
+  void* data() const { return view_.data(); }
+  template <typename T>
+  T* data_as() const {
+    return view_.data_as<T>();
+  }
+  DType dtype() const { return view_.dtype(); }
+  Device device() const { return view_.device(); }
+  int ndim() const { return view_.ndim(); }
+  int64_t dim(int i) const { return view_.dim(i); }
+  int64_t numel() const { return view_.numel(); }
+  size_t bytes() const { return view_.bytes(); }
+  bool empty() const { return buffer_.empty(); }
+
+ private:
+  Buffer buffer_;
+  TensorView view_;
 };
 
 }  // namespace kvserve

@@ -12,6 +12,15 @@ Result<Buffer> Platform::allocate_buffer(size_t bytes) {
   return Buffer(ptr, bytes, device(), this);
 }
 
+Result<Tensor> Platform::empty(DType dtype, std::span<const int64_t> shape, bool zero) {
+  int64_t numel = 1;
+  for (const int64_t d : shape)
+    numel *= d;
+  KV_ASSIGN_OR_RETURN(Buffer buf, allocate_buffer(static_cast<size_t>(numel) * dtype_size(dtype)));
+  if (zero) memset(buf.data(), 0, buf.bytes());
+  return Tensor(std::move(buf), dtype, shape);
+}
+
 bool cuda_compiled() {
   return cuda::compiled();
 }

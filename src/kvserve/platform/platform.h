@@ -49,6 +49,11 @@ class Platform : public MemoryResource {
 
   // Owned device memory, returned to this platform when the Buffer dies.
   Result<Buffer> allocate_buffer(size_t bytes);
+  // An owned tensor of this platform (uninitialised; zeroed with `zero`).
+  Result<Tensor> empty(DType dtype, std::span<const int64_t> shape, bool zero = false);
+  Result<Tensor> empty(DType dtype, std::initializer_list<int64_t> shape, bool zero = false) {
+    return empty(dtype, std::span<const int64_t>(shape.begin(), shape.size()), zero);
+  }
 
   // --- copies (asynchronous with respect to the host on device platforms) ---------------------
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind,

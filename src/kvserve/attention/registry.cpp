@@ -1,0 +1,55 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "kvserve/attention/backend.h"
+#include "kvserve/attention/cpu_backends.h"
+
+namespace kvserve::attention {
+
+std::vector<std::string> attention_backend_names(Device device) {
+  if (device.is_cpu()) return {"cpu", "native"};
+  return {};
+}
+
+std::string default_attention_backend(Device device) {
+  return device.is_cpu() ? "cpu" : "";
+}
+
+Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_view name,
+                                                                   platform::Platform& platform) {
+  const Device device = platform.device();
+  const std::vector<std::string> names = attention_backend_names(device);
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    if (name == "cpu" || name == "native") {
+      return make_status(StatusCode::kUnimplemented,
+                         "attention backend '{}' runs on the CPU, not on {}", name,
+                         device.to_string());
+    }
+    return invalid_argument("unknown attention backend '{}' for {} (available: {})", name,
+                            device.to_string(), fmt::join(names, ", "));
+  }
+  if (name == "native") return make_native_backend(platform);
+  return make_cpu_paged_backend(platform);
+}
+
+void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,
+                     const model::ForwardBatch& batch) {
+  if (io.k == nullptr) return;  // cross-attention over an already cached encoder
+  const std::vector<int32_t>& slots =
+      layer.is_cross_attention ? batch.encoder_out_cache_loc : batch.out_cache_loc;
+  const auto n = static_cast<int64_t>(slots.size());
+  if (n == 0) return;
+  const Device dev = batch.kv_pool->k_buffer(0).device();
+  // The out_cache_loc vector is host memory; on the CPU platform it is also device memory.
+  KV_CHECK(dev.is_cpu(), "save_kv_to_pool: host loc on {}", dev.to_string());
+  const TensorView loc(const_cast<int32_t*>(slots.data()), DType::kI32, {n}, dev);
+  const TensorView k(const_cast<void*>(io.k), io.dtype, {n, layer.num_kv_heads, layer.head_dim},
+                     dev);
+  const TensorView v(const_cast<void*>(io.v), io.dtype, {n, layer.num_kv_heads, layer.head_dim},
+                     dev);
+  batch.kv_pool->set_kv_buffer(layer.layer_id, loc, k, v);
+}
+
+}  // namespace kvserve::attention

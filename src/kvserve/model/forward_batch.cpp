@@ -1,0 +1,35 @@
+#include "kvserve/model/forward_batch.h"
+
+namespace kvserve::model {
+
+ForwardBatch make_forward_batch(ForwardMode mode, const std::vector<ForwardRequest>& requests,
+                                std::vector<int32_t> out_cache_loc,
+                                const mem::ReqToTokenPool& req_to_token,
+                                mem::MHATokenToKVPool& kv_pool) {
+  ForwardBatch b;
+  b.mode = mode;
+  b.req_to_token = &req_to_token;
+  b.kv_pool = &kv_pool;
+  int32_t start = 0;
+  for (const ForwardRequest& r : requests) {
+    const auto n = static_cast<int32_t>(r.new_token_ids.size());
+    KV_CHECK_GE(n, 1, "a request computes at least one token");
+    KV_CHECK(mode == ForwardMode::kExtend || n == 1, "decode computes one token per request");
+    b.req_pool_indices.push_back(r.row);
+    b.prefix_lens.push_back(r.prefix_len);
+    b.extend_lens.push_back(n);
+    b.seq_lens.push_back(r.prefix_len + n);
+    b.extend_start_loc.push_back(start);
+    for (int32_t i = 0; i < n; ++i) {
+      b.input_ids.push_back(r.new_token_ids[i]);
+      b.positions.push_back(r.prefix_len + i);
+    }
+    start += n;
+    b.logits_indices.push_back(start - 1);
+  }
+  KV_CHECK_EQ(out_cache_loc.size(), b.input_ids.size(), "one slot per new token");
+  b.out_cache_loc = std::move(out_cache_loc);
+  return b;
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,70 @@
+// ForwardBatch: everything one forward pass reads (SGLang's ForwardBatch).
+//
+// Requests are concatenated token-major: request b's tokens are
+// [extend_start_loc[b], extend_start_loc[b] + extend_lens[b]) of input_ids / positions /
+// out_cache_loc. In EXTEND mode a request computes positions [prefix_lens[b], seq_lens[b]); in
+// DECODE mode exactly one token at position seq_lens[b] - 1. KV for every position of a request
+// lives at req_to_token[req_pool_indices[b]][position].
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvserve/mem/kv_pool.h"
+#include "kvserve/mem/req_to_token_pool.h"
+
+namespace kvserve::model {
+
+enum class ForwardMode { kExtend, kDecode };
+
+struct ForwardBatch {
+  ForwardMode mode = ForwardMode::kExtend;
+
+  // Per request.
+  std::vector<int32_t> req_pool_indices;  // req_to_token rows
+  std::vector<int32_t> seq_lens;          // positions with KV after this forward
+  std::vector<int32_t> prefix_lens;       // positions already cached before it
+  std::vector<int32_t> extend_lens;       // seq_lens - prefix_lens (1 in decode)
+  std::vector<int32_t> extend_start_loc;  // exclusive prefix sum of extend_lens
+
+  // Per token.
+  std::vector<int32_t> input_ids;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> out_cache_loc;  // where each token's K/V are stored
+
+  // Rows of the token arrays whose logits are wanted (by default each request's last token).
+  std::vector<int32_t> logits_indices;
+
+  // Encoder-decoder requests (empty for decoder-only models). A row holds
+  // [encoder region | decoder region]: self-attention of request b reads row positions
+  // self_kv_start[b] + [0, seq_lens[b]); cross-attention reads [0, encoder_lens[b]).
+  std::vector<int32_t> self_kv_start;  // empty means 0 for every request
+  std::vector<int32_t> encoder_lens;
+  // Slots for encoder K/V computed in this forward (request-major), empty when they are cached.
+  std::vector<int32_t> encoder_out_cache_loc;
+
+  const mem::ReqToTokenPool* req_to_token = nullptr;
+  mem::MHATokenToKVPool* kv_pool = nullptr;
+
+  int32_t batch_size() const { return static_cast<int32_t>(seq_lens.size()); }
+  int32_t num_tokens() const { return static_cast<int32_t>(input_ids.size()); }
+  bool is_decode() const { return mode == ForwardMode::kDecode; }
+  int32_t kv_start(int32_t b) const { return self_kv_start.empty() ? 0 : self_kv_start[b]; }
+  int32_t encoder_len(int32_t b) const { return encoder_lens.empty() ? 0 : encoder_lens[b]; }
+};
+
+// One request's part of a batch: its row, what is cached and the tokens to compute.
+struct ForwardRequest {
+  int32_t row = 0;
+  int32_t prefix_len = 0;              // positions already in the KV cache
+  std::vector<int32_t> new_token_ids;  // tokens at positions [prefix_len, prefix_len + n)
+};
+
+// Fills every derived field from the requests and their freshly allocated slots
+// (`out_cache_loc`, request-major). Decode when every request computes one token and `decode`.
+ForwardBatch make_forward_batch(ForwardMode mode, const std::vector<ForwardRequest>& requests,
+                                std::vector<int32_t> out_cache_loc,
+                                const mem::ReqToTokenPool& req_to_token,
+                                mem::MHATokenToKVPool& kv_pool);
+
+}  // namespace kvserve::model

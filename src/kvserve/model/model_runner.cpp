@@ -1,0 +1,103 @@
+#include "kvserve/model/model_runner.h"
+
+#include <fmt/format.h>
+
+#include "kvserve/mem/common.h"
+
+namespace kvserve::model {
+namespace {
+
+constexpr double kCpuDefaultMemFraction = 0.25;
+constexpr size_t kCpuDefaultKvCap = size_t{4} << 30;
+constexpr int32_t kCpuDefaultMaxRunning = 64;
+// Extra req_to_token columns beyond the context (SGLang: +4 for speculative slack).
+constexpr int32_t kContextSlack = 4;
+
+std::string mib(size_t bytes) {
+  return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+ModelRunner::~ModelRunner() = default;
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::path& model_dir,
+                                                         const ModelRunnerOptions& o) {
+  if (o.page_size < 1 || o.page_size > 128) {
+    return invalid_argument("--page-size must be in 1..128, got {}", o.page_size);
+  }
+  if (o.mem_fraction_static < 0 || o.mem_fraction_static >= 1) {
+    return invalid_argument("--mem-fraction-static must be in (0, 1), got {}",
+                            o.mem_fraction_static);
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner());
+  r->page_size_ = o.page_size;
+  KV_ASSIGN_OR_RETURN(const Device device, platform::parse_device(o.device));
+  KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
+  KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
+  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(model_dir));
+  KV_ASSIGN_OR_RETURN(r->model_, CausalLM::load(config, *weights, *r->platform_));
+
+  const std::string backend_name = o.attention_backend.empty()
+                                       ? attention::default_attention_backend(device)
+                                       : o.attention_backend;
+  KV_ASSIGN_OR_RETURN(r->backend_,
+                      attention::create_attention_backend(backend_name, *r->platform_));
+
+  DType kv_dtype = DType::kF32;  // the CPU platform's compute dtype
+  if (o.kv_cache_dtype != "auto" && !parse_dtype(o.kv_cache_dtype, &kv_dtype)) {
+    return invalid_argument("--kv-cache-dtype: unknown dtype '{}' (expected auto or one of {})",
+                            o.kv_cache_dtype, dtype_choices());
+  }
+  const int64_t max_context =
+      o.context_length > 0 ? o.context_length : config.max_position_embeddings;
+  r->context_len_ = static_cast<int32_t>(std::min<int64_t>(max_context, INT32_MAX - kContextSlack));
+
+  mem::KvPoolConfig pool{.num_layers = config.num_hidden_layers,
+                         .num_kv_heads = config.num_key_value_heads,
+                         .head_dim = config.head_dim,
+                         .size = 0,
+                         .page_size = o.page_size,
+                         .dtype = kv_dtype};
+  int64_t tokens = o.max_total_tokens;
+  if (tokens <= 0) {
+    const double fraction =
+        o.mem_fraction_static > 0 ? o.mem_fraction_static : kCpuDefaultMemFraction;
+    size_t budget = static_cast<size_t>(r->platform_->memory_info().free_bytes * fraction);
+    if (o.mem_fraction_static == 0) budget = std::min(budget, kCpuDefaultKvCap);
+    tokens = static_cast<int64_t>(budget / pool.bytes_per_token());
+  }
+  tokens = mem::floor_align(tokens, o.page_size);
+  if (tokens < o.page_size) {
+    return out_of_memory("no room for a KV cache: {} tokens ({} per token)", tokens,
+                         mib(pool.bytes_per_token()));
+  }
+  pool.size = tokens;
+  KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
+  r->allocator_ = mem::make_allocator(tokens, o.page_size);
+  const int32_t rows = o.max_running_requests > 0 ? o.max_running_requests : kCpuDefaultMaxRunning;
+  r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(rows, r->context_len_ + kContextSlack);
+  return r;
+}
+
+void ModelRunner::forward(ForwardBatch& batch, std::vector<float>& logits) {
+  batch.req_to_token = req_to_token_.get();
+  batch.kv_pool = kv_pool_.get();
+  backend_->init_forward_metadata(batch);
+  model_->forward(batch, *backend_, logits);
+}
+
+std::string ModelRunner::summary() const {
+  const mem::KvPoolConfig& p = kv_pool_->config();
+  return fmt::format(
+      "{} {} on {}: weights {}; KV cache {} x {} tokens ({}), page size {}; "
+      "max_running_requests {}, context {}; attention backend {}",
+      config().architecture_name,
+      fmt::format("{}L/{}H/{}KV", config().num_hidden_layers, config().num_attention_heads,
+                  config().num_key_value_heads),
+      platform_->device().to_string(), mib(model_->weight_bytes()), dtype_name(p.dtype), p.size,
+      mib(p.bytes_per_token() * (p.size + p.page_size)), p.page_size, req_to_token_->size(),
+      context_len_, backend_->name());
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,68 @@
+// ModelRunner: one model instance on one platform with its KV memory (SGLang's ModelRunner).
+//
+// create() reads the checkpoint directory (config.json, safetensors), loads the weights, sizes the
+// KV pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights),
+// and creates the request-to-token table, the slot allocator and the attention backend. The
+// prefix cache belongs to whoever schedules (it is created on top of these pools).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "kvserve/attention/backend.h"
+#include "kvserve/mem/allocator.h"
+#include "kvserve/mem/kv_pool.h"
+#include "kvserve/mem/req_to_token_pool.h"
+#include "kvserve/model/causal_lm.h"
+
+namespace kvserve::model {
+
+struct ModelRunnerOptions {
+  std::string device = "cpu";
+  int32_t page_size = 1;
+  std::string attention_backend;        // empty: the device's default
+  std::string kv_cache_dtype = "auto";  // auto: the compute dtype (f32 on the CPU)
+  int64_t max_total_tokens = 0;         // 0: from mem_fraction_static
+  double mem_fraction_static = 0;       // 0: the device's default (CPU: 0.25, at most 4 GiB)
+  int32_t max_running_requests = 0;     // 0: the device's default (CPU: 64)
+  int64_t context_length = 0;           // 0: the config's max_position_embeddings
+};
+
+class ModelRunner {
+ public:
+  static Result<std::unique_ptr<ModelRunner>> create(const std::filesystem::path& model_dir,
+                                                     const ModelRunnerOptions& options);
+  ~ModelRunner();
+
+  const ModelConfig& config() const { return model_->config(); }
+  platform::Platform& platform() { return *platform_; }
+  mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
+  mem::BaseTokenToKVPoolAllocator& allocator() { return *allocator_; }
+  mem::MHATokenToKVPool& kv_pool() { return *kv_pool_; }
+  attention::AttentionBackend& backend() { return *backend_; }
+  int32_t page_size() const { return page_size_; }
+  int64_t max_total_tokens() const { return allocator_->size(); }
+  int32_t context_len() const { return context_len_; }
+  int32_t max_running_requests() const { return req_to_token_->size(); }
+
+  // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab].
+  void forward(ForwardBatch& batch, std::vector<float>& logits);
+
+  // "KV cache: f32, 131072 tokens (12.0 MiB), page size 16; weights 5.3 MiB; backend cpu"
+  std::string summary() const;
+
+ private:
+  ModelRunner() = default;
+
+  std::unique_ptr<platform::Platform> platform_;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<mem::ReqToTokenPool> req_to_token_;
+  std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;
+  std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;
+  std::unique_ptr<attention::AttentionBackend> backend_;
+  int32_t page_size_ = 1;
+  int32_t context_len_ = 0;
+};
+
+}  // namespace kvserve::model

@@ -1,0 +1,122 @@
+// CPU kernels of the decoder-layer ops (f32), parallel over rows with OpenMP.
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kvserve/core/check.h"
+#include "kvserve/platform/ops/gemm.h"
+#include "kvserve/platform/ops/layer_ops.h"
+
+namespace kvserve::ops::cpu {
+namespace {
+
+void require_f32(DType t, const char* op) {
+  KV_CHECK(t == DType::kF32, "{}: the CPU platform computes in f32, got {}", op, dtype_name(t));
+}
+
+}  // namespace
+
+void gemm(const GemmParams& p) {
+  require_f32(p.dtype, "gemm");
+  if (p.m == 0 || p.n == 0) return;
+  auto* c = static_cast<float*>(p.c);
+  float beta = 0.0f;
+  if (p.bias != nullptr) {
+    const auto* bias = static_cast<const float*>(p.bias);
+    for (int64_t i = 0; i < p.m; ++i)
+      std::memcpy(c + i * p.ldc, bias, p.n * sizeof(float));
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(p.m),
+              static_cast<blasint>(p.n), static_cast<blasint>(p.k), 1.0f,
+              static_cast<const float*>(p.a), static_cast<blasint>(p.lda),
+              static_cast<const float*>(p.b), static_cast<blasint>(p.ldb), beta, c,
+              static_cast<blasint>(p.ldc));
+}
+
+void embedding(const EmbeddingParams& p) {
+  require_f32(p.dtype, "embedding");
+  const auto* table = static_cast<const float*>(p.table);
+  auto* out = static_cast<float*>(p.out);
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const int32_t id = p.ids[t];
+    KV_CHECK(id >= 0 && id < p.vocab, "token id {} outside the vocabulary of {}", id, p.vocab);
+    std::memcpy(out + t * p.hidden, table + id * p.hidden, p.hidden * sizeof(float));
+  }
+}
+
+void rms_norm(const RmsNormParams& p) {
+  require_f32(p.dtype, "rms_norm");
+  const auto* x = static_cast<const float*>(p.x);
+  auto* residual = static_cast<float*>(p.residual);
+  auto* out = static_cast<float*>(p.out);
+  const auto* w = static_cast<const float*>(p.weight);
+#pragma omp parallel for schedule(static) if (p.rows > 4)
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const float* xr = x + r * p.x_stride;
+    float* orow = out + r * p.cols;
+    const float* v = xr;
+    if (residual != nullptr) {
+      float* res = residual + r * p.cols;
+      for (int64_t i = 0; i < p.cols; ++i)
+        res[i] += xr[i];
+      v = res;
+    }
+    float sum = 0.0f;
+    for (int64_t i = 0; i < p.cols; ++i)
+      sum += v[i] * v[i];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(p.cols) + p.eps);
+    for (int64_t i = 0; i < p.cols; ++i)
+      orow[i] = v[i] * inv * w[i];
+  }
+}
+
+void rope(const RopeParams& p) {
+  require_f32(p.dtype, "rope");
+  KV_CHECK(p.rotary_dim % 2 == 0 && p.rotary_dim <= p.head_dim, "rotary_dim {} head_dim {}",
+           p.rotary_dim, p.head_dim);
+  const int32_t half = p.rotary_dim / 2;
+  KV_CHECK_LE(half, 512, "rotary_dim {} too large", p.rotary_dim);
+#pragma omp parallel for schedule(static) if (p.num_tokens > 4)
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    // The angle is computed in f32 as Hugging Face does (position * inv_freq, then cos/sin).
+    float cos_t[512];
+    float sin_t[512];
+    const auto pos = static_cast<float>(p.positions[t]);
+    for (int32_t i = 0; i < half; ++i) {
+      const float angle = pos * p.inv_freq[i];
+      cos_t[i] = std::cos(angle);
+      sin_t[i] = std::sin(angle);
+    }
+    auto rotate = [&](float* base, int32_t heads) {
+      for (int32_t h = 0; h < heads; ++h) {
+        float* x = base + static_cast<int64_t>(h) * p.head_dim;
+        for (int32_t i = 0; i < half; ++i) {
+          const float x1 = x[i];
+          const float x2 = x[i + half];
+          x[i] = x1 * cos_t[i] - x2 * sin_t[i];
+          x[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+        }
+      }
+    };
+    rotate(static_cast<float*>(p.q) + t * p.q_stride, p.num_heads);
+    rotate(static_cast<float*>(p.k) + t * p.k_stride, p.num_kv_heads);
+  }
+}
+
+void silu_and_mul(const SiluAndMulParams& p) {
+  require_f32(p.dtype, "silu_and_mul");
+  const auto* x = static_cast<const float*>(p.x);
+  auto* out = static_cast<float*>(p.out);
+#pragma omp parallel for schedule(static) if (p.num_tokens > 4)
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const float* gate = x + t * 2 * p.inter;
+    const float* up = gate + p.inter;
+    float* o = out + t * p.inter;
+    for (int64_t i = 0; i < p.inter; ++i)
+      o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+}
+
+}  // namespace kvserve::ops::cpu
