@@ -1,0 +1,444 @@
+// config.json and generation_config.json: real models' values, Hugging Face's defaults, and every
+// error naming the file and the field.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <initializer_list>
+#include <string>
+
+#include "kvserve/model/config.h"
+#include "model_test_util.h"
+
+namespace kvserve::model {
+namespace {
+
+using nlohmann::json;
+using testing::fixtures_dir;
+using testing::TempDir;
+using testing::write_file;
+
+std::filesystem::path config_fixture(const std::string& name) {
+  return fixtures_dir() / "model_configs" / name;
+}
+
+ModelConfig load_ok(const std::string& fixture) {
+  const Result<ModelConfig> r = load_model_config(config_fixture(fixture));
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? r.value() : ModelConfig{};
+}
+
+// A minimal valid config: architectures and the five sizes, nothing else.
+json minimal(const std::string& architecture) {
+  return {{"architectures", {architecture}}, {"vocab_size", 1000},     {"hidden_size", 256},
+          {"intermediate_size", 512},        {"num_hidden_layers", 2}, {"num_attention_heads", 8}};
+}
+
+Result<ModelConfig> parse(const json& j) {
+  return parse_model_config(j.dump(), "config.json");
+}
+
+ModelConfig parse_ok(const json& j) {
+  const Result<ModelConfig> r = parse(j);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? r.value() : ModelConfig{};
+}
+
+void expect_error(const Result<ModelConfig>& r, StatusCode code,
+                  std::initializer_list<std::string> parts) {
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
+  for (const std::string& p : parts) {
+    EXPECT_NE(r.status().message().find(p), std::string::npos)
+        << "'" << p << "' not in: " << r.status().message();
+  }
+}
+
+void expect_error(const json& j, StatusCode code, std::initializer_list<std::string> parts) {
+  expect_error(parse(j), code, parts);
+}
+
+TEST(ModelConfig, Llama32Instruct) {
+  const ModelConfig c = load_ok("llama-3.2-1b-instruct");
+  EXPECT_EQ(c.architecture, Architecture::kLlama);
+  EXPECT_EQ(c.architecture_name, "LlamaForCausalLM");
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 8192);
+  EXPECT_EQ(c.num_hidden_layers, 16);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.rope_type, "llama3");
+  EXPECT_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.hidden_act, "silu");
+  EXPECT_EQ(c.torch_dtype, DType::kBF16);
+  EXPECT_FALSE(c.sliding_window.has_value());
+  EXPECT_EQ(c.bos_token_id, 128000);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+}
+
+TEST(ModelConfig, Llama31With8BShapes) {
+  const ModelConfig c = load_ok("llama-3.1-8b");
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 14336);
+  EXPECT_EQ(c.num_hidden_layers, 32);
+  EXPECT_EQ(c.head_dim, 128);  // no head_dim in the file: hidden_size / heads
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{128001});  // an int, not a list
+}
+
+TEST(ModelConfig, Qwen25Instruct) {
+  const ModelConfig c = load_ok("qwen2.5-0.5b-instruct");
+  EXPECT_EQ(c.architecture, Architecture::kQwen2);
+  EXPECT_EQ(c.model_type, "qwen2");
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.hidden_size, 896);
+  EXPECT_EQ(c.intermediate_size, 4864);
+  EXPECT_EQ(c.num_hidden_layers, 24);
+  EXPECT_EQ(c.num_attention_heads, 14);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  EXPECT_EQ(c.rope_scaling.rope_type, "default");
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.attention_bias);  // Qwen2 always has q/k/v biases
+  // sliding_window is 32768 in the file but use_sliding_window is false.
+  EXPECT_FALSE(c.sliding_window.has_value());
+  EXPECT_EQ(c.bos_token_id, 151643);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{151645});
+}
+
+TEST(ModelConfig, Mistral) {
+  const ModelConfig v1 = load_ok("mistral-7b-v0.1");
+  EXPECT_EQ(v1.architecture, Architecture::kMistral);
+  EXPECT_EQ(v1.model_type, "mistral");
+  EXPECT_EQ(v1.sliding_window, 4096);
+  EXPECT_FALSE(v1.attention_bias);
+  EXPECT_EQ(v1.head_dim, 128);
+  EXPECT_EQ(v1.rms_norm_eps, 1e-5);
+  const ModelConfig v3 = load_ok("mistral-7b-instruct-v0.3");
+  EXPECT_FALSE(v3.sliding_window.has_value());  // "sliding_window": null
+  EXPECT_EQ(v3.vocab_size, 32768);
+  EXPECT_EQ(v3.rope_theta, 1000000.0);
+}
+
+TEST(ModelConfig, DefaultsAsTransformersAppliesThem) {
+  const ModelConfig llama = parse_ok(minimal("LlamaForCausalLM"));
+  EXPECT_EQ(llama.model_type, "llama");
+  EXPECT_EQ(llama.num_key_value_heads, 8);  // = num_attention_heads
+  EXPECT_EQ(llama.head_dim, 32);            // = hidden_size / num_attention_heads
+  EXPECT_EQ(llama.max_position_embeddings, 2048);
+  EXPECT_EQ(llama.rope_theta, 10000.0);
+  EXPECT_EQ(llama.rope_scaling.rope_type, "default");
+  EXPECT_EQ(llama.rope_scaling.factor, 1.0);
+  EXPECT_EQ(llama.rms_norm_eps, 1e-6);
+  EXPECT_FALSE(llama.tie_word_embeddings);
+  EXPECT_FALSE(llama.attention_bias);
+  EXPECT_EQ(llama.hidden_act, "silu");
+  EXPECT_EQ(llama.torch_dtype, DType::kF32);  // no declared dtype: transformers loads float32
+  EXPECT_FALSE(llama.sliding_window.has_value());
+  EXPECT_FALSE(llama.bos_token_id.has_value());
+  EXPECT_TRUE(llama.eos_token_ids.empty());
+
+  const ModelConfig qwen = parse_ok(minimal("Qwen2ForCausalLM"));
+  EXPECT_EQ(qwen.model_type, "qwen2");
+  EXPECT_TRUE(qwen.attention_bias);
+  EXPECT_EQ(qwen.max_position_embeddings, 32768);
+  EXPECT_EQ(qwen.num_key_value_heads, 8);
+
+  const ModelConfig mistral = parse_ok(minimal("MistralForCausalLM"));
+  EXPECT_EQ(mistral.max_position_embeddings, 131072);
+  EXPECT_FALSE(mistral.sliding_window.has_value());
+}
+
+TEST(ModelConfig, OptionalFieldVariants) {
+  json j = minimal("LlamaForCausalLM");
+  j["attention_bias"] = true;
+  j["rope_scaling"] = nullptr;
+  j["eos_token_id"] = 7;
+  j["bos_token_id"] = nullptr;
+  j["dtype"] = "float16";  // transformers >= 4.56 writes "dtype"
+  ModelConfig c = parse_ok(j);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_EQ(c.rope_scaling.rope_type, "default");
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{7});
+  EXPECT_FALSE(c.bos_token_id.has_value());
+  EXPECT_EQ(c.torch_dtype, DType::kF16);
+
+  j["torch_dtype"] = "float32";  // torch_dtype wins over dtype
+  j["eos_token_id"] = json::array({3, 4});
+  j["head_dim"] = 64;  // explicit head_dim may differ from hidden_size / heads
+  c = parse_ok(j);
+  EXPECT_EQ(c.torch_dtype, DType::kF32);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(c.head_dim, 64);
+
+  // Legacy "type" instead of "rope_type"; "default" as an explicit type.
+  j["rope_scaling"] = {{"type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  c = parse_ok(j);
+  EXPECT_EQ(c.rope_scaling.rope_type, "llama3");
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(parse_ok(j).rope_scaling.rope_type, "default");
+
+  // transformers v5's "rope_parameters".
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                          {"factor", 32.0},          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  c = parse_ok(j);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.rope_type, "llama3");
+  EXPECT_EQ(c.rope_scaling.factor, 32.0);
+
+  json q = minimal("Qwen2ForCausalLM");
+  q["use_sliding_window"] = true;
+  q["sliding_window"] = 4096;
+  EXPECT_EQ(parse_ok(q).sliding_window, 4096);
+}
+
+TEST(ModelConfigErrors, MissingFileAndBadJsonNameTheFile) {
+  TempDir dir;
+  Result<ModelConfig> r = load_model_config(dir.path());
+  expect_error(r, StatusCode::kNotFound, {(dir.path() / "config.json").string()});
+
+  write_file(dir / "config.json", "{\"architectures\": [\"LlamaForCausalLM\",");
+  r = load_model_config(dir.path());
+  expect_error(r, StatusCode::kInvalidArgument,
+               {(dir.path() / "config.json").string(), "not valid JSON"});
+
+  write_file(dir / "config.json", "[1, 2]");
+  expect_error(load_model_config(dir.path()), StatusCode::kInvalidArgument,
+               {"config.json", "object"});
+
+  std::filesystem::create_directories(dir / "sub" / "config.json");
+  expect_error(load_model_config(dir / "sub"), StatusCode::kInvalidArgument, {"directory"});
+}
+
+TEST(ModelConfigErrors, MissingRequiredFields) {
+  for (const char* field : {"architectures", "vocab_size", "hidden_size", "intermediate_size",
+                            "num_hidden_layers", "num_attention_heads"}) {
+    json j = minimal("LlamaForCausalLM");
+    j.erase(field);
+    expect_error(j, StatusCode::kInvalidArgument, {"config.json", field, "missing"});
+    j[field] = nullptr;  // null counts as missing
+    expect_error(j, StatusCode::kInvalidArgument, {"config.json", field, "missing"});
+  }
+}
+
+TEST(ModelConfigErrors, WrongTypes) {
+  struct Case {
+    const char* field;
+    json value;
+    const char* got;
+  };
+  const Case cases[] = {
+      {"hidden_size", "896", "string"},
+      {"vocab_size", 1000.5, "number"},
+      {"num_key_value_heads", true, "boolean"},
+      {"tie_word_embeddings", "true", "string"},
+      {"attention_bias", 1, "number"},
+      {"rope_theta", "1e6", "string"},
+      {"rms_norm_eps", json::array({1e-6}), "array"},
+      {"max_position_embeddings", "2048", "string"},
+      {"hidden_act", 1, "number"},
+      {"torch_dtype", 16, "number"},
+      {"eos_token_id", "</s>", "string"},
+      {"bos_token_id", 1.5, "number"},
+      {"rope_scaling", "llama3", "string"},
+      {"model_type", json::array({"llama"}), "array"},
+      {"architectures", "LlamaForCausalLM", "string"},
+  };
+  for (const Case& c : cases) {
+    json j = minimal("LlamaForCausalLM");
+    j[c.field] = c.value;
+    expect_error(j, StatusCode::kInvalidArgument, {"config.json", c.field, c.got});
+  }
+  json j = minimal("LlamaForCausalLM");
+  j["eos_token_id"] = json::array({1, "x"});
+  expect_error(j, StatusCode::kInvalidArgument, {"eos_token_id", "element 1"});
+  j = json::array();
+  expect_error(parse(j), StatusCode::kInvalidArgument, {"config.json", "object"});
+}
+
+TEST(ModelConfigErrors, BadValues) {
+  json j = minimal("LlamaForCausalLM");
+  j["hidden_size"] = 0;
+  expect_error(j, StatusCode::kInvalidArgument, {"hidden_size", "positive"});
+  j = minimal("LlamaForCausalLM");
+  j["num_hidden_layers"] = -2;
+  expect_error(j, StatusCode::kInvalidArgument, {"num_hidden_layers", "positive"});
+  j = minimal("LlamaForCausalLM");
+  j["vocab_size"] = 10000000000LL;
+  expect_error(j, StatusCode::kInvalidArgument, {"vocab_size", "too large"});
+  j = minimal("LlamaForCausalLM");
+  j["max_position_embeddings"] = 0;
+  expect_error(j, StatusCode::kInvalidArgument, {"max_position_embeddings"});
+  j = minimal("LlamaForCausalLM");
+  j["rope_theta"] = 0;
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_theta"});
+  j = minimal("LlamaForCausalLM");
+  j["rms_norm_eps"] = -1e-6;
+  expect_error(j, StatusCode::kInvalidArgument, {"rms_norm_eps"});
+  j = minimal("LlamaForCausalLM");
+  j["eos_token_id"] = -1;
+  expect_error(j, StatusCode::kInvalidArgument, {"eos_token_id", "out of range"});
+  j = minimal("LlamaForCausalLM");
+  j["torch_dtype"] = "int8";
+  expect_error(j, StatusCode::kInvalidArgument, {"torch_dtype", "int8"});
+  j["torch_dtype"] = "float8_e4m3fn";
+  expect_error(j, StatusCode::kInvalidArgument, {"torch_dtype"});
+  j.erase("torch_dtype");
+  j["dtype"] = "complex64";
+  expect_error(j, StatusCode::kInvalidArgument, {"config.json: dtype"});
+}
+
+TEST(ModelConfigErrors, InconsistentHeads) {
+  json j = minimal("LlamaForCausalLM");
+  j["num_key_value_heads"] = 3;
+  expect_error(j, StatusCode::kInvalidArgument,
+               {"config.json: num_key_value_heads (3) does not divide num_attention_heads (8)"});
+  j = minimal("LlamaForCausalLM");
+  j["num_attention_heads"] = 6;  // 256 / 6
+  expect_error(j, StatusCode::kInvalidArgument, {"hidden_size", "num_attention_heads"});
+  j = minimal("LlamaForCausalLM");
+  j["head_dim"] = 33;
+  expect_error(j, StatusCode::kInvalidArgument, {"head_dim", "odd"});
+  j["head_dim"] = 0;
+  expect_error(j, StatusCode::kInvalidArgument, {"head_dim", "positive"});
+}
+
+TEST(ModelConfigErrors, UnsupportedArchitectureAndFeatures) {
+  json j = minimal("GPT2LMHeadModel");
+  expect_error(j, StatusCode::kUnimplemented,
+               {"config.json: architectures", "GPT2LMHeadModel", "LlamaForCausalLM"});
+  j = minimal("LlamaForCausalLM");
+  j["architectures"] = json::array();
+  expect_error(j, StatusCode::kInvalidArgument, {"architectures"});
+  j = minimal("LlamaForCausalLM");
+  j["model_type"] = "qwen2";
+  expect_error(j, StatusCode::kInvalidArgument, {"model_type", "qwen2", "llama"});
+  j = minimal("LlamaForCausalLM");
+  j["hidden_act"] = "gelu";
+  expect_error(j, StatusCode::kUnimplemented, {"config.json: hidden_act", "gelu"});
+  j = minimal("LlamaForCausalLM");
+  j["mlp_bias"] = true;
+  expect_error(j, StatusCode::kUnimplemented, {"mlp_bias"});
+}
+
+TEST(ModelConfigErrors, RopeScaling) {
+  json j = minimal("LlamaForCausalLM");
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error(j, StatusCode::kUnimplemented, {"config.json: rope_scaling.rope_type", "yarn"});
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  expect_error(j, StatusCode::kUnimplemented, {"rope_scaling.type", "linear"});
+  j["rope_scaling"] = {{"factor", 2.0}};
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.rope_type", "missing"});
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.factor", "missing"});
+  j["rope_scaling"]["factor"] = 0.5;
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.factor", ">= 1"});
+  j["rope_scaling"]["factor"] = 8.0;
+  j["rope_scaling"]["high_freq_factor"] = 0.5;
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.high_freq_factor"});
+  j["rope_scaling"]["high_freq_factor"] = 4.0;
+  j["rope_scaling"]["original_max_position_embeddings"] = "8192";
+  expect_error(j, StatusCode::kInvalidArgument,
+               {"rope_scaling.original_max_position_embeddings", "string"});
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 10000.0}};
+  expect_error(j, StatusCode::kUnimplemented, {"rope_parameters.rope_type", "dynamic"});
+}
+
+TEST(GenerationConfig, RealFiles) {
+  Result<GenerationConfig> r = load_generation_config(config_fixture("llama-3.2-1b-instruct"));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+  EXPECT_EQ(r->bos_token_id, 128000);
+  EXPECT_FALSE(r->pad_token_id.has_value());
+  EXPECT_TRUE(r->do_sample);
+  EXPECT_EQ(r->temperature, 0.6);
+  EXPECT_EQ(r->top_p, 0.9);
+  EXPECT_FALSE(r->top_k.has_value());
+
+  r = load_generation_config(config_fixture("qwen2.5-0.5b-instruct"));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->eos_token_ids, (std::vector<int32_t>{151645, 151643}));
+  EXPECT_EQ(r->pad_token_id, 151643);
+  EXPECT_EQ(r->top_k, 20);
+  EXPECT_EQ(r->repetition_penalty, 1.1);
+  EXPECT_EQ(r->temperature, 0.7);
+  EXPECT_EQ(r->top_p, 0.8);
+  EXPECT_FALSE(r->min_p.has_value());
+  EXPECT_FALSE(r->max_new_tokens.has_value());
+}
+
+TEST(GenerationConfig, MissingFileGivesDefaults) {
+  TempDir dir;
+  const Result<GenerationConfig> r = load_generation_config(dir.path());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_TRUE(r->eos_token_ids.empty());
+  EXPECT_FALSE(r->do_sample);
+  EXPECT_FALSE(r->temperature.has_value());
+  EXPECT_FALSE(r->bos_token_id.has_value());
+}
+
+TEST(GenerationConfig, ErrorsNameFileAndField) {
+  TempDir dir;
+  const std::string file = (dir.path() / "generation_config.json").string();
+  write_file(dir / "generation_config.json", "{\"eos_token_id\": 2,,}");
+  Result<GenerationConfig> r = load_generation_config(dir.path());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find(file), std::string::npos) << r.status().message();
+
+  struct Case {
+    const char* text;
+    const char* field;
+  };
+  const Case cases[] = {
+      {R"({"top_k": "20"})", "top_k"},
+      {R"({"do_sample": "yes"})", "do_sample"},
+      {R"({"eos_token_id": [1, null]})", "eos_token_id"},
+      {R"({"temperature": -1})", "temperature"},
+      {R"({"top_p": 0})", "top_p"},
+      {R"({"min_p": 2})", "min_p"},
+      {R"({"max_new_tokens": 0})", "max_new_tokens"},
+      {R"({"repetition_penalty": 0})", "repetition_penalty"},
+      {R"({"pad_token_id": [0]})", "pad_token_id"},
+  };
+  for (const Case& c : cases) {
+    write_file(dir / "generation_config.json", c.text);
+    r = load_generation_config(dir.path());
+    ASSERT_FALSE(r.is_ok()) << c.text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(file + ": " + c.field), std::string::npos)
+        << r.status().message();
+  }
+  write_file(dir / "generation_config.json", R"({"eos_token_id": 2, "max_new_tokens": 16})");
+  r = load_generation_config(dir.path());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(r->max_new_tokens, 16);
+}
+
+}  // namespace
+}  // namespace kvserve::model
