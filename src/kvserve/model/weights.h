@@ -58,8 +58,9 @@ struct TensorToWrite {
   std::span<const uint8_t> data;
 };
 
-// Writes a safetensors file (tensors sorted by name, as the reference writer does) with optional
-// "__metadata__" string entries, e.g. {"format": "pt"}.
+// Writes a safetensors file with optional "__metadata__" string entries, e.g. {"format": "pt"}:
+// byte-for-byte what the reference writer produces (tensors ordered by dtype, widest first, then
+// by name; header padded with spaces to a multiple of 8 bytes, so every tensor is aligned).
 Status write_safetensors(const std::filesystem::path& file, std::span<const TensorToWrite> tensors,
                          const std::map<std::string, std::string>& metadata = {});
 
