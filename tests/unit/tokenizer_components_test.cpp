@@ -384,6 +384,23 @@ TEST(TokenizerRobustness, InvalidInputsDoNotCrash) {
   }
 }
 
+TEST(TokenizerRobustness, LongRunsOfOneCharacter) {
+  std::string emoji;
+  for (int i = 0; i < 20000; ++i)
+    emoji += "\xF0\x9F\x98\x80";
+  for (const char* name : {"gpt2", "qwen2", "llama3", "sp_llama", "sp_metaspace"}) {
+    auto tok = load_fixture(name);
+    for (const std::string& text :
+         {std::string(200000, ' '), std::string(200000, 'a'), std::string(100000, '\n'), emoji}) {
+      const auto ids = tok->encode(text, false);
+      EXPECT_FALSE(ids.empty()) << name;
+      const std::string back = tok->decode(ids, false);
+      // SentencePiece layouts drop the leading space they added (and one of the text's own).
+      EXPECT_TRUE(back == text || " " + back == text) << name << " " << text.substr(0, 4);
+    }
+  }
+}
+
 // --- Streaming ---------------------------------------------------------------------------------
 
 TEST(IncrementalDetokenizer, HoldsBackSplitCharacters) {
