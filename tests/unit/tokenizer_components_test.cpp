@@ -3,6 +3,7 @@
 // characters, and a rough throughput print (no timing assertions).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvserve/tokenizer/nfc.h"
@@ -399,6 +401,32 @@ TEST(TokenizerRobustness, LongRunsOfOneCharacter) {
       EXPECT_TRUE(back == text || " " + back == text) << name << " " << text.substr(0, 4);
     }
   }
+}
+
+TEST(TokenizerRobustness, ConcurrentEncodesAgree) {
+  auto tok = load_fixture("qwen2");
+  std::string text;
+  for (int i = 0; i < 200; ++i)
+    text += fmt::format("word{} café 😀 {} ", i % 37, i);
+  const auto expected = tok->encode(text, true);
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 20; ++k) {
+        if (tok->encode(text, true) != expected) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads)
+    th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(Regex, EmptyLiteralMatchesNothing) {
+  auto re = Regex::literal("", "test");
+  ASSERT_TRUE(re.is_ok());
+  EXPECT_EQ(regex_replace_all(re.value(), "abc", "x"), "abc");
 }
 
 // --- Streaming ---------------------------------------------------------------------------------

@@ -137,10 +137,10 @@ std::string nfc(std::string_view text) {
     const uint32_t cp = cps[i];
     const uint32_t cc = ccc[i];
     if (starter >= 0) {
-      // Blocked when a character between the starter and cp has class 0 or >= cc.
-      const uint32_t last_cc =
-          composed.size() - 1 == static_cast<size_t>(starter) ? 0 : composed_ccc.back();
+      // Blocked when a character between the starter and cp has class 0 or >= cc; after
+      // canonical ordering only the last one appended can block.
       const bool adjacent = composed.size() - 1 == static_cast<size_t>(starter);
+      const uint32_t last_cc = adjacent ? 0 : composed_ccc.back();
       if (adjacent || (last_cc != 0 && last_cc < cc)) {
         const uint32_t c = compose_pair(composed[static_cast<size_t>(starter)], cp);
         if (c != 0) {

@@ -92,7 +92,9 @@ Result<Regex> Regex::compile(std::string_view pattern, std::string_view what) {
 }
 
 Result<Regex> Regex::literal(std::string_view literal, std::string_view what) {
-  KV_ASSIGN_OR_RETURN(Regex regex, compile(escape_literal(literal), what));
+  // An empty string matches nothing in Hugging Face (not the empty string everywhere).
+  KV_ASSIGN_OR_RETURN(Regex regex,
+                      compile(literal.empty() ? "(*FAIL)" : escape_literal(literal), what));
   regex.pattern_ = std::string(literal);
   return regex;
 }
