@@ -1,0 +1,40 @@
+// make-model presets: a tiny model for tests and random-weight models with the exact shapes of
+// real checkpoints (config values as in their Hugging Face config.json).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvserve/model/config.h"
+#include "kvserve/model/synthetic_tokenizer.h"
+
+namespace kvserve::model {
+
+struct Preset {
+  std::string name;
+  std::string description;
+  // Token ids (bos/eos) refer to the synthetic tokenizer; vocab_size is the real model's (the
+  // embedding rows past the tokenizer's size are never produced) or, for tiny, the tokenizer's.
+  ModelConfig config;
+  SyntheticTokenizer tokenizer;
+  int64_t model_max_length = 0;   // tokenizer_config.json
+  bool write_head_dim = false;    // config.json carries "head_dim" (as Llama-3.2's does)
+  int32_t max_window_layers = 0;  // Qwen2's config.json field
+};
+
+// "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape"
+std::vector<std::string> preset_names();
+// nullptr for an unknown name.
+const Preset* find_preset(std::string_view name);
+
+// config.json for a preset whose weights are stored in `dtype`, keys sorted as transformers
+// writes them.
+std::string config_json_text(const Preset& preset, DType dtype);
+// generation_config.json for a preset.
+std::string generation_config_json_text(const Preset& preset);
+
+// "bfloat16", "float16" or "float32".
+std::string_view torch_dtype_name(DType t);
+
+}  // namespace kvserve::model
