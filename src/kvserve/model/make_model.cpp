@@ -161,9 +161,13 @@ Result<MakeModelReport> make_model(const MakeModelOptions& opt) {
   report.tensors = static_cast<int64_t>(tensors.size());
   report.shards = static_cast<int>(shards.size());
 
-  KV_RETURN_IF_ERROR(prepare_output(opt.output, opt.force));
+  // Checked before anything is created, on the nearest directory that exists.
   std::error_code ec;
-  const fs::space_info space = fs::space(opt.output, ec);
+  fs::path probe = fs::absolute(opt.output, ec);
+  while (!probe.empty() && !fs::exists(probe, ec) && probe != probe.parent_path()) {
+    probe = probe.parent_path();
+  }
+  const fs::space_info space = fs::space(probe, ec);
   const uint64_t needed = report.weight_bytes + (16u << 20);  // + headers and tokenizer files
   if (!ec && space.available < needed) {
     return make_status(StatusCode::kIoError,
@@ -172,6 +176,7 @@ Result<MakeModelReport> make_model(const MakeModelOptions& opt) {
                        opt.output.string(), preset->name, human_bytes(needed),
                        human_bytes(space.available));
   }
+  KV_RETURN_IF_ERROR(prepare_output(opt.output, opt.force));
 
   const auto text_file = [&](const std::string& name, const std::string& text) -> Status {
     KV_RETURN_IF_ERROR(write_text(opt.output / name, text));
