@@ -66,6 +66,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     size_t budget = static_cast<size_t>(r->platform_->memory_info().free_bytes * fraction);
     if (o.mem_fraction_static == 0) budget = std::min(budget, kCpuDefaultKvCap);
     tokens = static_cast<int64_t>(budget / pool.bytes_per_token());
+    // More slots than every row filled to the context can never be used.
+    const int32_t rows_for_cap =
+        o.max_running_requests > 0 ? o.max_running_requests : kCpuDefaultMaxRunning;
+    tokens = std::min<int64_t>(tokens, int64_t{rows_for_cap} * (r->context_len_ + kContextSlack));
   }
   tokens = mem::floor_align(tokens, o.page_size);
   if (tokens < o.page_size) {

@@ -1,0 +1,197 @@
+// The model runtime against Hugging Face transformers (tools/hf_oracle.py made the fixtures:
+// random checkpoints, last-position logits and 64 greedy tokens per prompt, computed by
+// transformers in fp32). Every page size, both CPU backends, batched and one at a time, with and
+// without prefix reuse must reproduce them. KVSERVE_ORACLE_DIR overrides the fixture directory.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kvserve/engine/generate.h"
+#include "kvserve/mem/allocation.h"
+#include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/radix_cache.h"
+
+namespace kvserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path oracle_dir() {
+  if (const char* d = std::getenv("KVSERVE_ORACLE_DIR")) return d;
+  return fs::path(KVSERVE_FIXTURES_DIR) / "oracle";
+}
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> names;
+  if (fs::exists(oracle_dir())) {
+    for (const auto& e : fs::directory_iterator(oracle_dir())) {
+      if (fs::exists(e.path() / "expected.json")) names.push_back(e.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+struct Expected {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<float>> last_logits;
+  std::vector<std::vector<int32_t>> greedy;
+};
+
+Expected load_expected(const fs::path& dir) {
+  std::ifstream in(dir / "expected.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  return {j["prompts"].get<std::vector<std::vector<int32_t>>>(),
+          j["last_logits"].get<std::vector<std::vector<float>>>(),
+          j["greedy"].get<std::vector<std::vector<int32_t>>>()};
+}
+
+std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t page_size,
+                                                const std::string& backend) {
+  model::ModelRunnerOptions o;
+  o.page_size = page_size;
+  o.attention_backend = backend;
+  o.max_total_tokens = 4096;
+  o.max_running_requests = 8;
+  auto r = model::ModelRunner::create(dir, o);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? std::move(r).value() : nullptr;
+}
+
+// Last-position logits of every prompt, as one batched prefill.
+std::vector<std::vector<float>> prefill_logits(model::ModelRunner& r,
+                                               const std::vector<std::vector<int32_t>>& prompts) {
+  mem::ChunkCache cache(r.req_to_token(), r.allocator());
+  const mem::KvMemory memory{r.req_to_token(), r.allocator(), cache};
+  std::vector<mem::KvReqState> kv(prompts.size());
+  std::vector<mem::KvReqState*> ptrs;
+  std::vector<int32_t> lens;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ptrs.push_back(&kv[i]);
+    lens.push_back(static_cast<int32_t>(prompts[i].size()));
+  }
+  std::vector<int32_t> loc;
+  EXPECT_TRUE(mem::alloc_for_extend(memory, ptrs, lens, loc).is_ok());
+  std::vector<model::ForwardRequest> fwd;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    fwd.push_back({kv[i].row, 0, prompts[i]});
+  model::ForwardBatch batch = model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc,
+                                                        r.req_to_token(), r.kv_pool());
+  std::vector<float> flat;
+  r.forward(batch, flat);
+  for (auto& k : kv)
+    mem::release_kv_cache(memory, k, {}, false);
+  const int32_t vocab = r.config().vocab_size;
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    out.emplace_back(flat.begin() + i * vocab, flat.begin() + (i + 1) * vocab);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> greedy(model::ModelRunner& r, mem::PrefixCache& cache,
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         std::vector<int32_t>* cached = nullptr) {
+  std::vector<engine::GenerateRequest> reqs;
+  for (const auto& p : prompts) {
+    engine::SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_new_tokens = 64;
+    sp.ignore_eos = true;
+    reqs.push_back({p, sp});
+  }
+  auto res = engine::generate(r, cache, reqs);
+  EXPECT_TRUE(res.is_ok()) << res.status().to_string();
+  std::vector<std::vector<int32_t>> out;
+  if (!res.is_ok()) return out;
+  for (const auto& g : *res) {
+    out.push_back(g.output_ids);
+    if (cached) cached->push_back(g.cached_tokens);
+  }
+  return out;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, double(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+class OracleTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(OracleTest, LogitsAndGreedyMatchTransformers) {
+  const fs::path dir = oracle_dir() / GetParam();
+  const Expected want = load_expected(dir);
+  auto r = make_runner(dir, 1, "cpu");
+  ASSERT_TRUE(r);
+  const auto logits = prefill_logits(*r, want.prompts);
+  for (size_t i = 0; i < want.prompts.size(); ++i) {
+    EXPECT_LT(max_abs_diff(logits[i], want.last_logits[i]), 1e-4) << "prompt " << i;
+  }
+  mem::ChunkCache cache(r->req_to_token(), r->allocator());
+  const auto tokens = greedy(*r, cache, want.prompts);
+  for (size_t i = 0; i < want.prompts.size(); ++i) {
+    EXPECT_EQ(tokens[i], want.greedy[i]) << "prompt " << i;
+  }
+}
+
+// Every page size and backend, batched or one at a time, with or without prefix reuse: the same
+// greedy tokens, and logits within 1e-5 of the reference configuration.
+TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {
+  const fs::path dir = oracle_dir() / GetParam();
+  const Expected want = load_expected(dir);
+  auto base = make_runner(dir, 1, "cpu");
+  ASSERT_TRUE(base);
+  const auto base_logits = prefill_logits(*base, want.prompts);
+  for (const std::string backend : {"cpu", "native"}) {
+    for (const int32_t ps : {1, 16, 64, 128}) {
+      SCOPED_TRACE(testing::Message() << backend << " page " << ps);
+      auto r = make_runner(dir, ps, backend);
+      ASSERT_TRUE(r);
+      const auto logits = prefill_logits(*r, want.prompts);
+      for (size_t i = 0; i < want.prompts.size(); ++i) {
+        EXPECT_LT(max_abs_diff(logits[i], base_logits[i]), 1e-5) << "prompt " << i;
+      }
+      // Batched.
+      mem::RadixCache radix(r->req_to_token(), r->allocator());
+      EXPECT_EQ(greedy(*r, radix, want.prompts), want.greedy);
+      // Again: now each prompt's whole pages come from the prefix cache.
+      std::vector<int32_t> cached;
+      EXPECT_EQ(greedy(*r, radix, want.prompts, &cached), want.greedy);
+      for (size_t i = 0; i < want.prompts.size(); ++i) {
+        const auto n = static_cast<int32_t>(want.prompts[i].size());
+        EXPECT_EQ(cached[i], (n - 1) / ps * ps) << "prompt " << i;
+      }
+      // A longer prompt that extends a cached one (prefix reuse mid-sequence).
+      std::vector<int32_t> longer = want.prompts.back();
+      longer.insert(longer.end(), want.greedy.back().begin(), want.greedy.back().begin() + 10);
+      auto fresh = make_runner(dir, ps, backend);
+      mem::ChunkCache none(fresh->req_to_token(), fresh->allocator());
+      EXPECT_EQ(greedy(*r, radix, {longer}), greedy(*fresh, none, {longer}));
+      // One at a time, without a prefix cache.
+      if (ps == 16) {
+        for (size_t i = 0; i < want.prompts.size(); ++i) {
+          mem::ChunkCache chunk(r->req_to_token(), r->allocator());
+          EXPECT_EQ(greedy(*r, chunk, {want.prompts[i]})[0], want.greedy[i]) << "prompt " << i;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OracleTest, testing::ValuesIn(fixture_names()),
+                         [](const testing::TestParamInfo<std::string>& p) { return p.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OracleTest);
+
+TEST(Oracle, FixturesArePresent) {
+  // CI must never pass by finding nothing to compare.
+  EXPECT_GE(fixture_names().size(), 5u) << "no oracle fixtures under " << oracle_dir();
+}
+
+}  // namespace
+}  // namespace kvserve
