@@ -28,6 +28,14 @@ void gemm(const GemmParams& p) {
       std::memcpy(c + i * p.ldc, bias, p.n * sizeof(float));
     beta = 1.0f;
   }
+  if (p.m == 1) {
+    // One row (a batch-1 decode): a matrix-vector product streams the weight once; OpenBLAS's
+    // sgemm does not route m == 1 to its gemv kernel.
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(p.n), static_cast<blasint>(p.k),
+                1.0f, static_cast<const float*>(p.b), static_cast<blasint>(p.ldb),
+                static_cast<const float*>(p.a), 1, beta, c, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(p.m),
               static_cast<blasint>(p.n), static_cast<blasint>(p.k), 1.0f,
               static_cast<const float*>(p.a), static_cast<blasint>(p.lda),
