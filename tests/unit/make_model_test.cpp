@@ -21,6 +21,7 @@
 #include "kvserve/model/random_weights.h"
 #include "kvserve/model/weights.h"
 #include "model_test_util.h"
+#include "run_kvserve.h"
 
 namespace kvserve::model {
 namespace {
@@ -414,30 +415,10 @@ TEST(MakeModel, RandomStreamIsIndependentOfChunkingAndThreads) {
 
 // ---- the command line -------------------------------------------------------------------------
 
-struct CommandResult {
-  int exit_code;
-  std::string output;
-};
-
-// build/tests/make_model_test -> build/kvserve
-fs::path kvserve_binary() {
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "kvserve";
-}
-
-CommandResult run_kvserve(const std::string& args) {
-  const std::string cmd = kvserve_binary().string() + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string out;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), pipe) != nullptr)
-    out += buf.data();
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using testing_util::CommandResult;
+using testing_util::run_kvserve;
 
 TEST(MakeModelCli, ExitCodesAndMessages) {
-  if (!fs::exists(kvserve_binary())) GTEST_SKIP() << "no kvserve binary at " << kvserve_binary();
   TempDir tmp;
   const std::string out = (tmp / "m").string();
   CommandResult r = run_kvserve("make-model --preset tiny --output " + out + " --seed 5 --quiet");

@@ -16,6 +16,7 @@ namespace {
 int main(int argc, char** argv) {
   CLI::App app{"kvserve: an LLM serving engine with SGLang's KV-cache design, in C++"};
   app.require_subcommand(0, 1);
+  app.fallthrough();  // global flags (--log-level) may also follow the subcommand
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
@@ -48,4 +49,6 @@ int main(int argc, char** argv) {
 }  // namespace
 }  // namespace kvserve::cli
 
-int main(int argc, char** argv) { return kvserve::cli::main(argc, argv); }
+int main(int argc, char** argv) {
+  return kvserve::cli::main(argc, argv);
+}
