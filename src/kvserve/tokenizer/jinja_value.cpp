@@ -1,0 +1,724 @@
+#include "kvserve/tokenizer/jinja_value.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include "kvserve/tokenizer/utf8.h"
+
+namespace kvserve::tokenizer::jinja {
+namespace {
+
+// Containers nested deeper than this are refused by repr, ==, < and tojson (cycles through a
+// namespace would otherwise recurse forever).
+constexpr int kMaxNesting = 256;
+
+void check_nesting(int depth) {
+  if (depth > kMaxNesting) throw JinjaError("value nested too deeply (cyclic?)");
+}
+
+template <typename Json>
+Value value_from_json(const Json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null:
+      return Value::none();
+    case nlohmann::json::value_t::boolean:
+      return Value(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Value(j.template get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: {
+      const auto u = j.template get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return Value(static_cast<double>(u));
+      return Value(static_cast<int64_t>(u));
+    }
+    case nlohmann::json::value_t::number_float:
+      return Value(j.template get<double>());
+    case nlohmann::json::value_t::string:
+      return Value(j.template get<std::string>());
+    case nlohmann::json::value_t::array: {
+      ValueList items;
+      items.reserve(j.size());
+      for (const auto& e : j)
+        items.push_back(value_from_json(e));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      Dict d;
+      d.entries.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.entries.emplace_back(it.key(), value_from_json(it.value()));
+      return Value::dict(std::move(d));
+    }
+    default:
+      throw JinjaError("unsupported JSON value (binary) in the template's input");
+  }
+}
+
+std::string repr_impl(const Value& v, int depth);
+
+std::string container_repr(const Value& v, int depth) {
+  check_nesting(depth);
+  std::string out;
+  if (v.is_list()) {
+    out += v.is_tuple() ? '(' : '[';
+    const ValueList& items = v.items();
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += repr_impl(items[i], depth + 1);
+    }
+    if (v.is_tuple() && items.size() == 1) out += ',';
+    out += v.is_tuple() ? ')' : ']';
+    return out;
+  }
+  out += '{';
+  bool first = true;
+  for (const auto& [key, value] : v.dict().entries) {
+    if (!first) out += ", ";
+    first = false;
+    out += python_str_repr(key);
+    out += ": ";
+    out += repr_impl(value, depth + 1);
+  }
+  out += '}';
+  return out;
+}
+
+std::string repr_impl(const Value& v, int depth) {
+  switch (v.kind()) {
+    case Value::Kind::kString:
+      return python_str_repr(v.str());
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kList:
+    case Value::Kind::kDict:
+      return container_repr(v, depth);
+    case Value::Kind::kNamespace: {
+      check_nesting(depth);
+      return "<Namespace " + container_repr(Value::dict(v.dict()), depth + 1) + ">";
+    }
+    default:
+      return v.to_string();
+  }
+}
+
+bool equal_impl(const Value& a, const Value& b, int depth) {
+  check_nesting(depth);
+  if (a.is_number() && b.is_number()) {
+    if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
+    return a.as_double() == b.as_double();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.str() == b.str();
+    case Value::Kind::kList: {
+      if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
+      for (size_t i = 0; i < a.items().size(); ++i) {
+        if (!equal_impl(a.items()[i], b.items()[i], depth + 1)) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kDict: {
+      if (a.dict().entries.size() != b.dict().entries.size()) return false;
+      for (const auto& [key, value] : a.dict().entries) {
+        const Value* other = b.dict().find(key);
+        if (other == nullptr || !equal_impl(value, *other, depth + 1)) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kNamespace:
+      return &a.dict() == &b.dict();
+    case Value::Kind::kFunction:
+      return &a.function() == &b.function();
+    default:
+      return false;
+  }
+}
+
+bool less_impl(const Value& a, const Value& b, int depth) {
+  check_nesting(depth);
+  if (a.is_undefined()) throw JinjaError(a.undefined_message());
+  if (b.is_undefined()) throw JinjaError(b.undefined_message());
+  if (a.is_number() && b.is_number()) {
+    if (a.is_int() && b.is_int()) return a.as_int() < b.as_int();
+    return a.as_double() < b.as_double();
+  }
+  if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 order = code points
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    const ValueList& x = a.items();
+    const ValueList& y = b.items();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (!equal_impl(x[i], y[i], depth + 1)) return less_impl(x[i], y[i], depth + 1);
+    }
+    return x.size() < y.size();
+  }
+  throw JinjaError(fmt::format("'<' not supported between instances of '{}' and '{}'",
+                               a.type_name(), b.type_name()));
+}
+
+void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  out += '"';
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[pos]);
+    if (c < 0x80) {
+      ++pos;
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        default:
+          if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
+            out += fmt::format("\\u{:04x}", c);
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+      continue;
+    }
+    const size_t len = utf8_sequence_length(s, pos);
+    if (!ensure_ascii || len == 0) {
+      out.append(s.substr(pos, len == 0 ? 1 : len));
+      pos += len == 0 ? 1 : len;
+      continue;
+    }
+    uint32_t cp = decode_utf8(s, pos);
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+    } else {
+      out += fmt::format("\\u{:04x}", cp);
+    }
+  }
+  out += '"';
+}
+
+void json_impl(std::string& out, const Value& v, const JsonOptions& o, int depth) {
+  check_nesting(depth);
+  const auto newline = [&](int level) {
+    if (!o.has_indent) return;
+    out += '\n';
+    for (int i = 0; i < level; ++i)
+      out += o.indent;
+  };
+  switch (v.kind()) {
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_int() != 0 ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kFloat: {
+      const double x = v.as_double();
+      if (std::isnan(x)) {
+        out += "NaN";
+      } else if (std::isinf(x)) {
+        out += x > 0 ? "Infinity" : "-Infinity";
+      } else {
+        out += python_float_repr(x);
+      }
+      return;
+    }
+    case Value::Kind::kString:
+      append_json_string(out, v.str(), o.ensure_ascii);
+      return;
+    case Value::Kind::kList: {
+      if (v.items().empty()) {
+        out += "[]";
+        return;
+      }
+      out += '[';
+      bool first = true;
+      for (const Value& item : v.items()) {
+        if (!first) out += o.item_separator;
+        first = false;
+        newline(depth + 1);
+        json_impl(out, item, o, depth + 1);
+      }
+      newline(depth);
+      out += ']';
+      return;
+    }
+    case Value::Kind::kDict: {
+      if (v.dict().entries.empty()) {
+        out += "{}";
+        return;
+      }
+      std::vector<const std::pair<std::string, Value>*> entries;
+      for (const auto& e : v.dict().entries)
+        entries.push_back(&e);
+      if (o.sort_keys) {
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto* x, const auto* y) { return x->first < y->first; });
+      }
+      out += '{';
+      bool first = true;
+      for (const auto* e : entries) {
+        if (!first) out += o.item_separator;
+        first = false;
+        newline(depth + 1);
+        append_json_string(out, e->first, o.ensure_ascii);
+        out += o.key_separator;
+        json_impl(out, e->second, o, depth + 1);
+      }
+      newline(depth);
+      out += '}';
+      return;
+    }
+    default:
+      throw JinjaError(fmt::format("Object of type {} is not JSON serializable", v.type_name()));
+  }
+}
+
+bool python_isprintable(uint32_t cp) {
+  if (cp < 0x20 || cp == 0x7f) return false;
+  if (cp >= 0x80 && cp <= 0xa0) return false;
+  if (cp == 0xad || cp == 0x1680 || cp == 0x180e || cp == 0x3000 || cp == 0xfeff) return false;
+  if ((cp >= 0x2000 && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202f)) return false;
+  if ((cp >= 0x205f && cp <= 0x206f) || (cp >= 0xfff9 && cp <= 0xfffb)) return false;
+  if ((cp >= 0xe000 && cp <= 0xf8ff) || cp >= 0xf0000) return false;  // private use
+  return true;
+}
+
+}  // namespace
+
+const Value* Dict::find(std::string_view key) const {
+  for (const auto& e : entries) {
+    if (e.first == key) return &e.second;
+  }
+  return nullptr;
+}
+
+void Dict::set(const std::string& key, Value value) {
+  for (auto& e : entries) {
+    if (e.first == key) {
+      e.second = std::move(value);
+      return;
+    }
+  }
+  entries.emplace_back(key, std::move(value));
+}
+
+Value::Value(std::string s)
+    : kind_(Kind::kString), text_(std::make_shared<const std::string>(std::move(s))) {}
+
+Value Value::undefined(std::string message) {
+  Value v;
+  v.text_ = std::make_shared<const std::string>(std::move(message));
+  return v;
+}
+
+Value Value::none() {
+  Value v;
+  v.kind_ = Kind::kNone;
+  return v;
+}
+
+Value Value::list(ValueList items, bool tuple) {
+  Value v;
+  v.kind_ = Kind::kList;
+  v.tuple_ = tuple;
+  v.list_ = std::make_shared<const ValueList>(std::move(items));
+  return v;
+}
+
+Value Value::dict(Dict d) {
+  Value v;
+  v.kind_ = Kind::kDict;
+  v.dict_ = std::make_shared<Dict>(std::move(d));
+  return v;
+}
+
+Value Value::make_namespace(Dict d) {
+  Value v = dict(std::move(d));
+  v.kind_ = Kind::kNamespace;
+  return v;
+}
+
+Value Value::function(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn,
+                      bool macro) {
+  Value v;
+  v.kind_ = Kind::kFunction;
+  v.function_ = std::make_shared<const Function>(Function{std::move(name), std::move(fn), macro});
+  return v;
+}
+
+Value Value::from_json(const nlohmann::json& j) {
+  return value_from_json(j);
+}
+Value Value::from_json(const nlohmann::ordered_json& j) {
+  return value_from_json(j);
+}
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+    case Kind::kInt:
+      return int_ != 0;
+    case Kind::kFloat:
+      return float_ != 0;
+    case Kind::kString:
+      return !text_->empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return !dict_->entries.empty();
+    default:
+      return true;
+  }
+}
+
+std::string Value::to_string() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return int_ != 0 ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(int_);
+    case Kind::kFloat:
+      return python_float_repr(float_);
+    case Kind::kString:
+      return *text_;
+    case Kind::kFunction:
+      if (function_->macro) return "<Macro '" + function_->name + "'>";
+      return "<function " + function_->name + ">";
+    default:
+      return repr_impl(*this, 0);
+  }
+}
+
+std::string Value::repr() const {
+  return repr_impl(*this, 0);
+}
+
+std::string Value::type_name() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return tuple_ ? "tuple" : "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kFunction:
+      return "function";
+  }
+  return "object";
+}
+
+std::string Value::object_type_repr() const {
+  if (kind_ == Kind::kNone) return "None";
+  return type_name() + " object";
+}
+
+bool py_equal(const Value& a, const Value& b) {
+  return equal_impl(a, b, 0);
+}
+
+bool py_less(const Value& a, const Value& b) {
+  return less_impl(a, b, 0);
+}
+
+std::string python_float_repr(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), x, std::chars_format::scientific);
+  const std::string_view sci(buf, static_cast<size_t>(res.ptr - buf));
+  const size_t e_pos = sci.find('e');
+  std::string mantissa(sci.substr(0, e_pos));
+  int exponent = 0;
+  std::from_chars(sci.data() + e_pos + 1 + (sci[e_pos + 1] == '+' ? 1 : 0), sci.data() + sci.size(),
+                  exponent);
+  std::string sign;
+  if (mantissa[0] == '-') {
+    sign = "-";
+    mantissa.erase(0, 1);
+  }
+  std::string digits;
+  for (char c : mantissa) {
+    if (c != '.') digits += c;
+  }
+  if (exponent < -4 || exponent >= 16) {
+    std::string out = sign + digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    out += exponent < 0 ? "e-" : "e+";
+    const int e = std::abs(exponent);
+    if (e < 10) out += '0';
+    out += std::to_string(e);
+    return out;
+  }
+  if (exponent < 0)
+    return sign + "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
+  const auto int_len = static_cast<size_t>(exponent + 1);
+  if (digits.size() <= int_len)
+    return sign + digits + std::string(int_len - digits.size(), '0') + ".0";
+  return sign + digits.substr(0, int_len) + "." + digits.substr(int_len);
+}
+
+std::string python_str_repr(std::string_view s) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t len = utf8_sequence_length(s, pos);
+    if (len == 0) {  // not UTF-8: show the byte
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(s[pos]));
+      ++pos;
+      continue;
+    }
+    const size_t start = pos;
+    const uint32_t cp = decode_utf8(s, pos);
+    if (cp == static_cast<uint32_t>(quote) || cp == '\\') {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (python_isprintable(cp)) {
+      out.append(s.substr(start, len));
+    } else if (cp < 0x100) {
+      out += fmt::format("\\x{:02x}", cp);
+    } else if (cp < 0x10000) {
+      out += fmt::format("\\u{:04x}", cp);
+    } else {
+      out += fmt::format("\\U{:08x}", cp);
+    }
+  }
+  out += quote;
+  return out;
+}
+
+std::string to_python_json(const Value& value, const JsonOptions& options) {
+  std::string out;
+  json_impl(out, value, options, 0);
+  return out;
+}
+
+std::vector<std::string_view> utf8_chars(std::string_view s) {
+  std::vector<std::string_view> chars;
+  chars.reserve(s.size());
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t len = utf8_sequence_length(s, pos);
+    if (len == 0) len = 1;
+    chars.push_back(s.substr(pos, len));
+    pos += len;
+  }
+  return chars;
+}
+
+size_t utf8_length(std::string_view s) {
+  size_t n = 0;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t len = utf8_sequence_length(s, pos);
+    pos += len == 0 ? 1 : len;
+    ++n;
+  }
+  return n;
+}
+
+namespace {
+
+// Simple case mappings: the script blocks chat templates meet.
+uint32_t to_upper_cp(uint32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c == 0xB5) return 0x39C;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+      c != 0x17F) {
+    const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (odd_lower ? (c % 2 == 0) : (c % 2 == 1)) return c - 1;
+    return c;
+  }
+  if (c == 0x17F) return 'S';
+  if (c >= 0x3B1 && c <= 0x3CB && c != 0x3C2) return c - 32;
+  if (c == 0x131) return 'I';
+  if (c == 0x3C2) return 0x3A3;
+  if (c >= 0x3AC && c <= 0x3CE) {
+    switch (c) {
+      case 0x3AC:
+        return 0x386;
+      case 0x3AD:
+        return 0x388;
+      case 0x3AE:
+        return 0x389;
+      case 0x3AF:
+        return 0x38A;
+      case 0x3CC:
+        return 0x38C;
+      case 0x3CD:
+        return 0x38E;
+      case 0x3CE:
+        return 0x38F;
+      default:
+        return c;
+    }
+  }
+  if (c >= 0x430 && c <= 0x44F) return c - 32;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  if (c >= 0x4C1 && c <= 0x4CE) return c % 2 == 0 ? c - 1 : c;
+  if (c == 0x4CF) return 0x4C0;
+  if ((c >= 0x460 && c <= 0x52F && !(c >= 0x482 && c <= 0x489)) || (c >= 0x3D8 && c <= 0x3EF)) {
+    return c % 2 == 1 ? c - 1 : c;
+  }
+  if (c >= 0xFF41 && c <= 0xFF5A) return c - 32;
+  return c;
+}
+
+uint32_t to_lower_cp(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+      c != 0x17F) {
+    const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (odd_lower ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;
+  switch (c) {
+    case 0x386:
+      return 0x3AC;
+    case 0x388:
+      return 0x3AD;
+    case 0x389:
+      return 0x3AE;
+    case 0x38A:
+      return 0x3AF;
+    case 0x38C:
+      return 0x3CC;
+    case 0x38E:
+      return 0x3CD;
+    case 0x38F:
+      return 0x3CE;
+    default:
+      break;
+  }
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  if (c >= 0x4C1 && c <= 0x4CE) return c % 2 == 1 ? c + 1 : c;
+  if (c == 0x4C0) return 0x4CF;
+  if ((c >= 0x460 && c <= 0x52F && !(c >= 0x482 && c <= 0x489)) || (c >= 0x3D8 && c <= 0x3EF)) {
+    return c % 2 == 0 ? c + 1 : c;
+  }
+  if (c >= 0xFF21 && c <= 0xFF3A) return c + 32;
+  return c;
+}
+
+std::string map_case(std::string_view s, bool upper) {
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  while (pos < s.size()) {
+    if (utf8_sequence_length(s, pos) == 0) {
+      out += s[pos++];
+      continue;
+    }
+    const uint32_t c = decode_utf8(s, pos);
+    if (upper && c == 0xDF) {
+      out += "SS";
+      continue;
+    }
+    append_utf8(out, upper ? to_upper_cp(c) : to_lower_cp(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string unicode_upper(std::string_view s) {
+  return map_case(s, true);
+}
+
+std::string unicode_lower(std::string_view s) {
+  return map_case(s, false);
+}
+
+bool python_isspace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+std::string python_strip(std::string_view s, const std::string* chars, bool left, bool right) {
+  const std::vector<std::string_view> cs = utf8_chars(s);
+  std::vector<std::string_view> strip_set;
+  if (chars != nullptr) strip_set = utf8_chars(*chars);
+  const auto strippable = [&](std::string_view c) {
+    if (chars != nullptr)
+      return std::find(strip_set.begin(), strip_set.end(), c) != strip_set.end();
+    size_t pos = 0;
+    return utf8_sequence_length(c, 0) != 0 && python_isspace(decode_utf8(c, pos));
+  };
+  size_t begin = 0;
+  size_t end = cs.size();
+  if (left) {
+    while (begin < end && strippable(cs[begin]))
+      ++begin;
+  }
+  if (right) {
+    while (end > begin && strippable(cs[end - 1]))
+      --end;
+  }
+  if (begin == end) return {};
+  const char* first = cs[begin].data();
+  const char* last = cs[end - 1].data() + cs[end - 1].size();
+  return std::string(first, static_cast<size_t>(last - first));
+}
+
+}  // namespace kvserve::tokenizer::jinja
