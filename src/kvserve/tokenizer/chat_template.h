@@ -29,7 +29,7 @@ struct Program;
 // exhausting memory.
 struct ChatTemplateLimits {
   size_t max_output_bytes = size_t{64} << 20;  // the rendered prompt (and each macro's output)
-  size_t max_work_bytes = size_t{512} << 20;   // all strings and lists built while rendering
+  size_t max_work_bytes = size_t{256} << 20;   // all strings and lists built while rendering
   uint64_t max_steps = 50'000'000;             // expression and statement evaluations
   int max_call_depth = 64;                     // nested macro calls
 };

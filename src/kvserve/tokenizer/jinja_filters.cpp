@@ -13,7 +13,6 @@ namespace kvserve::tokenizer::jinja {
 namespace {
 
 using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
-using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 
 // jinja2's soft_str: strings as they are, anything else through str().
 std::string soft_str(const Value& v) {
@@ -94,33 +93,6 @@ ValueList sorted(Interpreter& in, ValueList items, bool reverse, bool case_sensi
   for (auto& [key, item] : keyed)
     out.push_back(std::move(item));
   return out;
-}
-
-std::vector<std::string> splitlines(const std::string& s) {
-  std::vector<std::string> lines;
-  std::string line;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t skip = 0;
-    if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) {
-      skip = 1;
-    } else if (c == '\r') {
-      skip = i + 1 < s.size() && s[i + 1] == '\n' ? 2 : 1;
-    } else if (s.compare(i, 2, "\xC2\x85") == 0) {
-      skip = 2;
-    } else if (s.compare(i, 3, "\xE2\x80\xA8") == 0 || s.compare(i, 3, "\xE2\x80\xA9") == 0) {
-      skip = 3;
-    }
-    if (skip == 0) {
-      line += s[i];
-      continue;
-    }
-    lines.push_back(std::move(line));
-    line.clear();
-    i += skip - 1;
-  }
-  if (!line.empty()) lines.push_back(std::move(line));
-  return lines;
 }
 
 // --- filters ------------------------------------------------------------------------------------
@@ -207,46 +179,9 @@ Value f_first(Interpreter&, const Value& v, CallArgs& args) {
 
 Value f_last(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder("last", args, {});
-  if (v.is_undefined()) throw JinjaError(v.undefined_message());
   const ValueList items = iterate(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
-}
-
-// Python's int(str): optional sign, digits with single underscores, surrounding whitespace.
-bool parse_python_int(std::string s, int64_t base, int64_t& out) {
-  s = python_strip(s, nullptr, true, true);
-  size_t i = 0;
-  bool negative = false;
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
-  if (i >= s.size()) return false;
-  int64_t value = 0;
-  bool digit_before = false;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c == '_' && digit_before && i + 1 < s.size() && s[i + 1] != '_') continue;
-    const int d = (c >= '0' && c <= '9')   ? c - '0'
-                  : (c >= 'a' && c <= 'z') ? c - 'a' + 10
-                  : (c >= 'A' && c <= 'Z') ? c - 'A' + 10
-                                           : 99;
-    if (d >= base) return false;
-    if (__builtin_mul_overflow(value, base, &value) || __builtin_add_overflow(value, d, &value))
-      return false;
-    digit_before = true;
-  }
-  out = negative ? -value : value;
-  return true;
-}
-
-bool parse_python_float(const std::string& text, double& out) {
-  std::string s;
-  for (char c : python_strip(text, nullptr, true, true)) {
-    if (c != '_') s += c;
-  }
-  if (s.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
 }
 
 Value f_int(Interpreter&, const Value& v, CallArgs& args) {
@@ -302,7 +237,13 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& args) {
       width.is_string()
           ? width.str()
           : std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
-  const std::vector<std::string> lines = splitlines(soft_str(v) + "\n");
+  if (v.is_undefined()) throw JinjaError(v.undefined_message());
+  if (v.is_list()) throw JinjaError("'list' object has no attribute 'splitlines'");
+  if (!v.is_string()) {
+    throw JinjaError(
+        fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", v.type_name()));
+  }
+  const std::vector<std::string> lines = splitlines(v.str() + "\n");
   std::string out;
   if (b.get_or(2, Value(false)).truthy()) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -494,6 +435,7 @@ Value f_round(Interpreter&, const Value& v, CallArgs& args) {
     throw JinjaError(fmt::format("type {} doesn't define __round__", v.type_name()));
   const int64_t precision = b.get_or(0, Value(int64_t{0})).as_int();
   const std::string method = soft_str(b.get_or(1, Value("common")));
+  if (v.is_int() && method == "common") return Value(v.as_int());  // round(int) is an int
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_double() * scale;
   double r = 0;
@@ -638,211 +580,16 @@ const std::map<std::string_view, FilterFn>& filters() {
   return table;
 }
 
-// --- tests --------------------------------------------------------------------------------------
-
-const Value& test_arg(CallArgs& args, const char* name) {
-  if (args.positional.empty()) {
-    if (!args.keyword.empty()) return args.keyword[0].second;
-    throw JinjaError(fmt::format("test '{}' needs an argument", name));
-  }
-  return args.positional[0];
-}
-
-bool t_defined(Interpreter&, const Value& v, CallArgs&) {
-  return !v.is_undefined();
-}
-bool t_undefined(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_undefined();
-}
-bool t_none(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_none();
-}
-bool t_boolean(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_bool();
-}
-bool t_true(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_bool() && v.as_int() != 0;
-}
-bool t_false(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_bool() && v.as_int() == 0;
-}
-bool t_integer(Interpreter&, const Value& v, CallArgs&) {
-  return v.kind() == Value::Kind::kInt;
-}
-bool t_float(Interpreter&, const Value& v, CallArgs&) {
-  return v.kind() == Value::Kind::kFloat;
-}
-bool t_number(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_number();
-}
-bool t_string(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_string();
-}
-bool t_mapping(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_dict();
-}
-bool t_iterable(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-}
-bool t_sequence(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-}
-bool t_callable(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_function() || v.is_undefined();
-}
-bool t_odd(Interpreter&, const Value& v, CallArgs&) {
-  if (!v.is_int()) throw JinjaError(fmt::format("odd: '{}' is not an integer", v.type_name()));
-  return (v.as_int() % 2) != 0;
-}
-bool t_even(Interpreter&, const Value& v, CallArgs&) {
-  if (!v.is_int()) throw JinjaError(fmt::format("even: '{}' is not an integer", v.type_name()));
-  return (v.as_int() % 2) == 0;
-}
-bool t_divisibleby(Interpreter&, const Value& v, CallArgs& args) {
-  const Value& n = test_arg(args, "divisibleby");
-  if (!v.is_int() || !n.is_int()) throw JinjaError("divisibleby needs integers");
-  if (n.as_int() == 0) throw JinjaError("integer division or modulo by zero");
-  return v.as_int() % n.as_int() == 0;
-}
-bool t_eq(Interpreter&, const Value& v, CallArgs& args) {
-  return py_equal(v, test_arg(args, "eq"));
-}
-bool t_ne(Interpreter&, const Value& v, CallArgs& args) {
-  return !py_equal(v, test_arg(args, "ne"));
-}
-bool t_lt(Interpreter&, const Value& v, CallArgs& args) {
-  return py_less(v, test_arg(args, "lt"));
-}
-bool t_le(Interpreter&, const Value& v, CallArgs& args) {
-  return !py_less(test_arg(args, "le"), v);
-}
-bool t_gt(Interpreter&, const Value& v, CallArgs& args) {
-  return py_less(test_arg(args, "gt"), v);
-}
-bool t_ge(Interpreter&, const Value& v, CallArgs& args) {
-  return !py_less(v, test_arg(args, "ge"));
-}
-bool t_in(Interpreter&, const Value& v, CallArgs& args) {
-  return contains(test_arg(args, "in"), v);
-}
-bool t_sameas(Interpreter&, const Value& v, CallArgs& args) {
-  const Value& other = test_arg(args, "sameas");
-  if (v.kind() != other.kind()) return false;
-  if (v.is_none() || v.is_undefined()) return v.is_none();  // distinct Undefined objects
-  if (v.is_bool()) return v.as_int() == other.as_int();
-  if (v.is_list()) return &v.items() == &other.items();
-  if (v.is_dict() || v.is_namespace()) return &v.dict() == &other.dict();
-  if (v.is_function()) return &v.function() == &other.function();
-  return py_equal(v, other);  // small ints and interned strings: CPython happens to agree
-}
-bool t_lower(Interpreter&, const Value& v, CallArgs&) {
-  if (!v.is_string()) return false;
-  const std::string s = v.str();
-  return ascii_lower(s) == s && ascii_upper(s) != s;
-}
-bool t_upper(Interpreter&, const Value& v, CallArgs&) {
-  if (!v.is_string()) return false;
-  const std::string s = v.str();
-  return ascii_upper(s) == s && ascii_lower(s) != s;
-}
-bool t_escaped(Interpreter&, const Value&, CallArgs&) {
-  return false;
-}
-bool t_filter(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_string() && is_known_filter(v.str());
-}
-bool t_test(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_string() && is_known_test(v.str());
-}
-
-const std::map<std::string_view, TestFn>& tests() {
-  static const std::map<std::string_view, TestFn> table = {
-      {"!=", t_ne},
-      {"<", t_lt},
-      {"<=", t_le},
-      {"==", t_eq},
-      {">", t_gt},
-      {">=", t_ge},
-      {"boolean", t_boolean},
-      {"callable", t_callable},
-      {"defined", t_defined},
-      {"divisibleby", t_divisibleby},
-      {"eq", t_eq},
-      {"equalto", t_eq},
-      {"escaped", t_escaped},
-      {"even", t_even},
-      {"false", t_false},
-      {"filter", t_filter},
-      {"float", t_float},
-      {"ge", t_ge},
-      {"greaterthan", t_gt},
-      {"gt", t_gt},
-      {"in", t_in},
-      {"integer", t_integer},
-      {"iterable", t_iterable},
-      {"le", t_le},
-      {"lessthan", t_lt},
-      {"lower", t_lower},
-      {"lt", t_lt},
-      {"mapping", t_mapping},
-      {"ne", t_ne},
-      {"none", t_none},
-      {"number", t_number},
-      {"odd", t_odd},
-      {"sameas", t_sameas},
-      {"sequence", t_sequence},
-      {"string", t_string},
-      {"test", t_test},
-      {"true", t_true},
-      {"undefined", t_undefined},
-      {"upper", t_upper},
-  };
-  return table;
-}
-
 }  // namespace
-
-ArgBinder::ArgBinder(std::string_view function, CallArgs& args,
-                     std::initializer_list<std::string_view> names)
-    : bound_(names.size(), nullptr) {
-  if (args.positional.size() > names.size()) {
-    throw JinjaError(fmt::format("{}() takes at most {} argument(s) ({} given)", function,
-                                 names.size(), args.positional.size()));
-  }
-  for (size_t i = 0; i < args.positional.size(); ++i)
-    bound_[i] = &args.positional[i];
-  for (const auto& [key, value] : args.keyword) {
-    const auto it = std::find(names.begin(), names.end(), key);
-    if (it == names.end()) {
-      throw JinjaError(fmt::format("{}() got an unexpected keyword argument '{}'", function, key));
-    }
-    const auto index = static_cast<size_t>(it - names.begin());
-    if (bound_[index] != nullptr) {
-      throw JinjaError(fmt::format("{}() got multiple values for argument '{}'", function, key));
-    }
-    bound_[index] = &value;
-  }
-}
 
 bool is_known_filter(std::string_view name) {
   return filters().contains(name);
-}
-
-bool is_known_test(std::string_view name) {
-  return tests().contains(name);
 }
 
 Value apply_filter(Interpreter& in, std::string_view name, const Value& input, CallArgs& args) {
   in.step();
   const auto it = filters().find(name);
   if (it == filters().end()) throw JinjaError(fmt::format("No filter named '{}'.", name));
-  return it->second(in, input, args);
-}
-
-bool apply_test(Interpreter& in, std::string_view name, const Value& input, CallArgs& args) {
-  in.step();
-  const auto it = tests().find(name);
-  if (it == tests().end()) throw JinjaError(fmt::format("No test named '{}'.", name));
   return it->second(in, input, args);
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 
 #include "kvserve/tokenizer/jinja_builtins.h"
@@ -436,9 +437,14 @@ Dict make_globals() {
           }
           if (b.has(2)) step = b.get(2)->as_int();
           if (step == 0) throw JinjaError("range() arg 3 must not be zero");
+          // Python's range length, charged before anything is built.
+          const double span =
+              (static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step);
+          const double count = span <= 0 ? 0 : std::ceil(span);
+          in.charge(static_cast<size_t>(std::min(count, 1e15)) * sizeof(Value));
           ValueList out;
+          out.reserve(static_cast<size_t>(count));
           for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-            in.charge(sizeof(Value));
             out.emplace_back(i);
             if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
           }

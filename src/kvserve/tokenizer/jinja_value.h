@@ -169,4 +169,10 @@ bool python_isspace(uint32_t code_point);
 // Python's str.strip()/lstrip()/rstrip(): whitespace when `chars` is null, else those characters.
 std::string python_strip(std::string_view s, const std::string* chars, bool left, bool right);
 
+// Python's str.splitlines() (\n, \r\n, \r, \v, \f, \x1c-\x1e, \x85, \u2028, \u2029).
+std::vector<std::string> splitlines(const std::string& s);
+// Python's int(s, base) and float(s) on strings: whitespace, sign, underscores; false if invalid.
+bool parse_python_int(std::string s, int64_t base, int64_t& out);
+bool parse_python_float(const std::string& text, double& out);
+
 }  // namespace kvserve::tokenizer::jinja
