@@ -9,14 +9,17 @@
 namespace kvserve::cli {
 
 struct Command {
-  CLI::App* app = nullptr;     // the subcommand, to see whether it was selected
-  std::function<int()> run;    // its exit code
+  CLI::App* app = nullptr;   // the subcommand, to see whether it was selected
+  std::function<int()> run;  // its exit code
 };
 
 Command add_version_command(CLI::App& app);
 Command add_self_check_command(CLI::App& app);
-Command add_make_model_command(CLI::App& app);  // make_model.cpp
-Command add_generate_command(CLI::App& app);    // generate.cpp
+Command add_make_model_command(CLI::App& app);       // make_model.cpp
+Command add_generate_command(CLI::App& app);         // generate.cpp
+Command add_bench_serving_command(CLI::App& app);    // bench_serving.cpp
+Command add_bench_one_batch_command(CLI::App& app);  // bench_one_batch.cpp
+Command add_serve_command(CLI::App& app);            // serve.cpp
 
 // What `kvserve` with no subcommand does: version, platforms and the memory self-check.
 void print_version_and_platforms();

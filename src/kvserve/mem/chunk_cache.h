@@ -27,6 +27,7 @@ class ChunkCache final : public PrefixCache {
                           bool insert = true) override;
   void cache_unfinished_req(KvReqState& req, std::span<const int32_t> fill_ids) override;
 
+  const CacheNode* parent_of(const CacheNode* /*node*/) const override { return nullptr; }
   CacheSizes sizes() const override { return {}; }
   void reset() override {}
   void for_each_cached_run(const std::function<void(const CachedRun&)>& /*fn*/) const override {}

@@ -86,6 +86,10 @@ class PrefixCache {
   // rewritten with the canonical slots and prefix_indices set for its next extend.
   virtual void cache_unfinished_req(KvReqState& req, std::span<const int32_t> fill_ids) = 0;
 
+  // The parent of a node (null for the root and for caches without nodes): lets schedulers walk
+  // the tree (dfs-weight) without seeing its internals.
+  virtual const CacheNode* parent_of(const CacheNode* node) const = 0;
+
   virtual CacheSizes sizes() const = 0;
   int64_t evictable_size() const { return sizes().evictable; }
   int64_t protected_size() const { return sizes().protected_; }

@@ -278,6 +278,10 @@ void RadixCache::cache_unfinished_req(KvReqState& req, std::span<const int32_t> 
   req.last_node = match.last_node;
 }
 
+const CacheNode* RadixCache::parent_of(const CacheNode* node) const {
+  return node == nullptr ? nullptr : node->parent;
+}
+
 void RadixCache::reset() {
   KV_CHECK_EQ(protected_size_, 0, "reset() while requests hold locks");
   evict(std::numeric_limits<int64_t>::max());

@@ -43,6 +43,7 @@ class RadixCache final : public PrefixCache {
                           bool insert = true) override;
   void cache_unfinished_req(KvReqState& req, std::span<const int32_t> fill_ids) override;
 
+  const CacheNode* parent_of(const CacheNode* node) const override;
   CacheSizes sizes() const override { return {evictable_size_, protected_size_}; }
   int64_t total_size() const { return evictable_size_ + protected_size_; }
   void reset() override;

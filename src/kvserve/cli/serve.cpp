@@ -1,0 +1,103 @@
+// kvserve serve: the OpenAI-compatible HTTP server (SGLang's launch_server arguments).
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "kvserve/cli/commands.h"
+#include "kvserve/core/logging.h"
+#include "kvserve/engine/engine.h"
+#include "kvserve/server/http_server.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct ServeOptions {
+  engine::EngineOptions engine;
+  server::ServerOptions server;
+};
+
+int run_serve(ServeOptions o) {
+  // SIGINT / SIGTERM are taken by one thread (sigwait) so every other thread runs undisturbed.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
+              o.engine.runner.device);
+  auto engine = engine::Engine::create(o.engine);
+  if (!engine.is_ok()) {
+    fmt::print(stderr, "kvserve serve: {}\n", engine.status().message());
+    return engine.status().code() == StatusCode::kInvalidArgument ||
+                   engine.status().code() == StatusCode::kNotFound
+               ? 2
+               : 1;
+  }
+  KV_LOG_INFO("{}", (*engine)->summary());
+  KV_LOG_INFO("max_total_num_tokens={}, max_running_requests={}, context_len={}",
+              (*engine)->max_total_tokens(), (*engine)->max_running_requests(),
+              (*engine)->context_len());
+  server::HttpServer http(**engine, o.server);
+  if (Status s = http.bind(); !s.is_ok()) {
+    fmt::print(stderr, "kvserve serve: {}\n", s.message());
+    return 1;
+  }
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    KV_LOG_INFO("received signal {}; shutting down", sig);
+    http.stop();
+  });
+  KV_LOG_INFO("The server is fired up and ready to roll! http://{}:{}", o.server.host, http.port());
+  http.run();
+  // run() returned: stop() was called (by the signal thread). Wake it if it is still waiting.
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  KV_LOG_INFO("server stopped");
+  return 0;
+}
+
+}  // namespace
+
+static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
+  cmd->add_option("--model-path", e.model_path, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--device", e.runner.device, "cpu (cuda arrives with the CUDA runtime)")
+      ->capture_default_str();
+  cmd->add_option("--page-size", e.runner.page_size)->capture_default_str();
+  cmd->add_option("--attention-backend", e.runner.attention_backend, "cpu or native");
+  cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype)->capture_default_str();
+  cmd->add_option("--max-total-tokens", e.runner.max_total_tokens, "KV cache size in tokens");
+  cmd->add_option("--mem-fraction-static", e.runner.mem_fraction_static,
+                  "Fraction of free memory for the KV cache");
+  cmd->add_option("--max-running-requests", e.runner.max_running_requests);
+  cmd->add_option("--context-length", e.runner.context_length);
+  cmd->add_option("--chunked-prefill-size", e.scheduler.chunked_prefill_size,
+                  "Tokens per prefill chunk (-1: no chunking)")
+      ->capture_default_str();
+  cmd->add_option("--max-prefill-tokens", e.scheduler.max_prefill_tokens)->capture_default_str();
+  cmd->add_option("--schedule-policy", e.schedule_policy, "fcfs, lpm, lof, random, dfs-weight")
+      ->capture_default_str();
+  cmd->add_option("--schedule-conservativeness", e.scheduler.schedule_conservativeness)
+      ->capture_default_str();
+  cmd->add_flag("--disable-radix-cache", e.disable_radix_cache);
+  cmd->add_option("--radix-eviction-policy", e.radix_eviction_policy, "lru or lfu")
+      ->capture_default_str();
+  cmd->add_flag("--allow-auto-truncate", e.allow_auto_truncate,
+                "Truncate prompts longer than the context instead of rejecting them");
+}
+
+Command add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over HTTP (OpenAI API and /generate)");
+  add_model_options(cmd, o->engine);
+  cmd->add_option("--host", o->server.host)->capture_default_str();
+  cmd->add_option("--port", o->server.port, "0: any free port")->capture_default_str();
+  cmd->add_option("--api-key", o->server.api_key, "Require Authorization: Bearer KEY");
+  cmd->add_option("--served-model-name", o->server.served_model_name);
+  return {cmd, [o] { return run_serve(*o); }};
+}
+
+}  // namespace kvserve::cli

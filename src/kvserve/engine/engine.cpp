@@ -1,0 +1,237 @@
+#include "kvserve/engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "kvserve/core/logging.h"
+#include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/radix_cache.h"
+
+namespace kvserve::engine {
+namespace {
+
+std::string random_rid() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{:016x}{:016x}", rng(), rng());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->options_ = options;
+  KV_ASSIGN_OR_RETURN(const SchedulePolicy policy, parse_schedule_policy(options.schedule_policy));
+  KV_ASSIGN_OR_RETURN(const mem::EvictionPolicy eviction,
+                      mem::parse_eviction_policy(options.radix_eviction_policy));
+  if (options.scheduler.chunked_prefill_size > 0 &&
+      options.scheduler.chunked_prefill_size < options.runner.page_size) {
+    return invalid_argument("--chunked-prefill-size ({}) must be at least --page-size ({})",
+                            options.scheduler.chunked_prefill_size, options.runner.page_size);
+  }
+  if (options.scheduler.max_prefill_tokens <= 0) {
+    return invalid_argument("--max-prefill-tokens must be positive, got {}",
+                            options.scheduler.max_prefill_tokens);
+  }
+  KV_ASSIGN_OR_RETURN(e->runner_, model::ModelRunner::create(options.model_path, options.runner));
+  e->config_ = e->runner_->config();
+  KV_ASSIGN_OR_RETURN(e->generation_config_, model::load_generation_config(options.model_path));
+  if (auto tok = tokenizer::Tokenizer::from_directory(options.model_path); tok.is_ok()) {
+    e->tokenizer_ = std::move(tok).value();
+  } else if (tok.status().code() != StatusCode::kNotFound) {
+    return tok.status();
+  } else {
+    KV_LOG_WARN("no tokenizer in {}: requests must carry token ids", options.model_path.string());
+  }
+  SchedulerOptions so = options.scheduler;
+  so.policy = policy;
+  so.eos_token_ids = e->generation_config_.eos_token_ids;
+  if (so.eos_token_ids.empty()) so.eos_token_ids = e->config_.eos_token_ids;
+  if (so.eos_token_ids.empty() && e->tokenizer_ && e->tokenizer_->eos_token_id()) {
+    so.eos_token_ids = {*e->tokenizer_->eos_token_id()};
+  }
+  model::ModelRunner& r = *e->runner_;
+  if (options.disable_radix_cache) {
+    e->cache_ = std::make_unique<mem::ChunkCache>(r.req_to_token(), r.allocator());
+  } else {
+    e->cache_ = std::make_unique<mem::RadixCache>(r.req_to_token(), r.allocator(), eviction);
+  }
+  e->scheduler_ = std::make_unique<Scheduler>(r, *e->cache_, e->tokenizer_.get(), so, &e->metrics_);
+  e->context_len_ = r.context_len();
+  e->max_total_tokens_ = r.max_total_tokens();
+  e->max_running_requests_ = r.max_running_requests();
+  e->summary_ = fmt::format(
+      "{}; chunked_prefill_size {}, max_prefill_tokens {}, schedule_policy {}, {} cache",
+      r.summary(), so.chunked_prefill_size, so.max_prefill_tokens, schedule_policy_name(policy),
+      options.disable_radix_cache ? "chunk" : "radix");
+  e->thread_ = std::thread([raw = e.get()] { raw->loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Engine::model_name() const {
+  return options_.model_path.filename().string();
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
+  const int32_t vocab = config_.vocab_size;
+  if (request.input_ids.empty()) return invalid_argument("the prompt is empty");
+  for (const int32_t id : request.input_ids) {
+    if (id < 0 || id >= vocab) {
+      return invalid_argument("token id {} is outside the vocabulary (0..{})", id, vocab - 1);
+    }
+  }
+  // SGLang: max_req_len = min(context_len - 1, max_total_tokens - 1).
+  const int64_t max_req_len = std::min<int64_t>(context_len_ - 1, max_total_tokens_ - 1);
+  if (static_cast<int64_t>(request.input_ids.size()) >= max_req_len) {
+    if (!options_.allow_auto_truncate) {
+      return invalid_argument(
+          "the input ({} tokens) is longer than the model's context length ({} tokens){}",
+          request.input_ids.size(), max_req_len,
+          max_req_len < context_len_ - 1 ? " as limited by the KV cache" : "");
+    }
+    request.input_ids.resize(max_req_len - 1);
+  }
+  SamplingParams& sp = request.sampling;
+  sp.max_new_tokens = static_cast<int32_t>(std::min<int64_t>(
+      sp.max_new_tokens, max_req_len - static_cast<int64_t>(request.input_ids.size())));
+  sp.min_new_tokens = std::min(sp.min_new_tokens, sp.max_new_tokens);
+  KV_RETURN_IF_ERROR(validate(sp, vocab));
+  if (request.rid.empty()) request.rid = random_rid();
+
+  auto req = std::make_unique<Req>();
+  req->id = next_id_++;
+  req->rid = request.rid;
+  req->origin_input_ids = request.input_ids;
+  req->sampling = sp;
+  req->seed = sp.seed.value_or(std::random_device{}() ^ (req->id << 32));
+  req->stop_strings = request.stop;
+  req->logprob_start_len = sp.return_logprob && request.logprob_start_len >= 0
+                               ? std::min<int32_t>(request.logprob_start_len, req->input_len() - 1)
+                               : -1;
+  req->arrival = Clock::now();
+  req->stream = std::make_shared<RequestStream>();
+  auto stream = req->stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return unavailable("the engine is shutting down");
+    inbox_.push_back({Command::kSubmit, std::move(req), "", nullptr});
+  }
+  cv_.notify_one();
+  return stream;
+}
+
+void Engine::abort(const std::string& rid) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back({Command::kAbort, nullptr, rid, nullptr});
+  }
+  cv_.notify_one();
+}
+
+Status Engine::flush_cache() {
+  auto done = std::make_shared<std::promise<Status>>();
+  auto result = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back({Command::kFlush, nullptr, "", done});
+  }
+  cv_.notify_one();
+  return result.get();
+}
+
+EngineStatus Engine::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStatus s = status_;
+  s.metrics = metrics_.snapshot();
+  return s;
+}
+
+std::string Engine::prometheus_metrics() const {
+  return metrics_.render_prometheus(model_name());
+}
+
+void Engine::loop() {
+  bool checked_since_work = false;
+  while (true) {
+    std::deque<Command> commands;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (scheduler_->idle()) {
+        cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
+      }
+      if (stopping_) break;
+      commands.swap(inbox_);
+    }
+    for (Command& c : commands) {
+      switch (c.kind) {
+        case Command::kSubmit:
+          scheduler_->add_request(std::move(c.req));
+          break;
+        case Command::kAbort:
+          scheduler_->abort(c.rid, "aborted by the client");
+          break;
+        case Command::kFlush:
+          if (scheduler_->idle()) {
+            cache_->reset();
+            c.done->set_value(Status::ok());
+          } else {
+            c.done->set_value(unavailable("cannot flush the cache while requests are running"));
+          }
+          break;
+      }
+    }
+    const bool worked = scheduler_->step();
+    if (worked) checked_since_work = false;
+    EngineStatus snapshot;
+    bool violation = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      snapshot = status_;
+    }
+    snapshot.scheduler = scheduler_->stats();
+    if (!worked && scheduler_->idle() && options_.check_invariants_when_idle &&
+        !checked_since_work) {
+      checked_since_work = true;
+      ++snapshot.invariant_checks;
+      if (Status s = scheduler_->check_idle_invariants(); !s.is_ok()) {
+        ++snapshot.invariant_violations;
+        snapshot.last_violation = s.message();
+        violation = true;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      snapshot.metrics = status_.metrics;
+      status_ = snapshot;
+    }
+    if (violation) KV_LOG_ERROR("MEMORY INVARIANT VIOLATED: {}", snapshot.last_violation);
+    if (!worked && !scheduler_->idle()) {
+      // Waiting requests that cannot run yet and nothing running: wait for news briefly.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(5),
+                   [&] { return stopping_ || !inbox_.empty(); });
+    }
+  }
+  // Shutting down: end every stream.
+  for (Command& c : inbox_) {
+    if (c.kind == Command::kSubmit) {
+      StreamEvent e;
+      e.finished = true;
+      e.finish = {FinishKind::kAbort, -1, "", "server shutting down"};
+      c.req->stream->push(std::move(e));
+    }
+    if (c.kind == Command::kFlush) c.done->set_value(unavailable("server shutting down"));
+  }
+  scheduler_->abort_all("server shutting down");
+}
+
+}  // namespace kvserve::engine

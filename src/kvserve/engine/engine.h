@@ -1,0 +1,111 @@
+// Engine: the thread-safe front of one model instance (SGLang's Engine / TokenizerManager +
+// Scheduler in one process). One engine thread owns all mutable engine state (pools, prefix
+// cache, batches) and runs the scheduler; HTTP handlers and `kvserve generate` talk to it only
+// through submit / abort / stats, and read results from the request's RequestStream.
+// Tokenization and detokenization happen on the callers' threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kvserve/engine/metrics.h"
+#include "kvserve/engine/scheduler.h"
+#include "kvserve/model/config.h"
+#include "kvserve/tokenizer/tokenizer.h"
+
+namespace kvserve::engine {
+
+struct EngineOptions {
+  std::filesystem::path model_path;
+  model::ModelRunnerOptions runner;
+  SchedulerOptions scheduler;
+  std::string schedule_policy = "fcfs";
+  bool disable_radix_cache = false;
+  std::string radix_eviction_policy = "lru";
+  bool allow_auto_truncate = false;
+  bool check_invariants_when_idle = true;
+};
+
+struct SubmitRequest {
+  std::vector<int32_t> input_ids;
+  SamplingParams sampling;
+  std::vector<std::string> stop;   // stop strings
+  int32_t logprob_start_len = -1;  // >= 0 with return_logprob: input token logprobs from here
+  std::string rid;                 // empty: the engine makes one
+};
+
+struct EngineStatus {
+  SchedulerStats scheduler;
+  MetricsSnapshot metrics;
+  int64_t invariant_checks = 0;
+  int64_t invariant_violations = 0;
+  std::string last_violation;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
+  ~Engine();  // stops the engine thread; aborts what is left
+
+  // kInvalidArgument (empty input, ids outside the vocabulary, prompt over the context unless
+  // allow_auto_truncate, prompt that can never fit the KV cache, bad sampling parameters).
+  // max_new_tokens is clipped to what the context leaves. The rid is set on `request`.
+  Result<std::shared_ptr<RequestStream>> submit(SubmitRequest& request);
+  // Aborts a request (client gone, or asked); its KV is freed within one scheduler step.
+  void abort(const std::string& rid);
+  // Drops the prefix cache; kUnavailable while requests are in flight.
+  Status flush_cache();
+
+  EngineStatus status() const;
+  std::string prometheus_metrics() const;
+  const model::ModelConfig& model_config() const { return config_; }
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const model::GenerationConfig& generation_config() const { return generation_config_; }
+  const EngineOptions& options() const { return options_; }
+  int32_t context_len() const { return context_len_; }
+  int64_t max_total_tokens() const { return max_total_tokens_; }
+  int32_t max_running_requests() const { return max_running_requests_; }
+  std::string model_name() const;
+  std::string summary() const { return summary_; }
+
+ private:
+  Engine() = default;
+  void loop();
+
+  EngineOptions options_;
+  model::ModelConfig config_;
+  model::GenerationConfig generation_config_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<model::ModelRunner> runner_;
+  std::unique_ptr<mem::PrefixCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  Metrics metrics_;
+  int32_t context_len_ = 0;
+  int64_t max_total_tokens_ = 0;
+  int32_t max_running_requests_ = 0;
+  std::string summary_;
+
+  // Inbox from other threads.
+  struct Command {
+    enum Kind { kSubmit, kAbort, kFlush } kind;
+    std::unique_ptr<Req> req;
+    std::string rid;
+    std::shared_ptr<std::promise<Status>> done;
+  };
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> inbox_;
+  bool stopping_ = false;
+  std::atomic<uint64_t> next_id_{1};
+  EngineStatus status_;  // under mu_, refreshed by the engine thread
+  std::thread thread_;
+};
+
+}  // namespace kvserve::engine

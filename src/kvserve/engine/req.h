@@ -1,0 +1,59 @@
+// Req: one request inside the engine (SGLang's Req), owned by the engine thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvserve/engine/request_stream.h"
+#include "kvserve/engine/sampling_params.h"
+#include "kvserve/mem/prefix_cache.h"
+
+namespace kvserve::engine {
+
+using Clock = std::chrono::steady_clock;
+
+struct Req {
+  uint64_t id = 0;
+  std::string rid;  // the client-visible id
+  std::vector<int32_t> origin_input_ids;
+  std::vector<int32_t> output_ids;
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  std::vector<std::string> stop_strings;
+  int32_t logprob_start_len = -1;  // -1: no input logprobs
+
+  // This round: input + output tokens (truncated to the current chunk when chunked), and how many
+  // of them the extend computes after the prefix.
+  std::vector<int32_t> fill_ids;
+  int32_t extend_input_len = 0;
+  bool chunked = false;  // the current round is an intermediate chunk
+
+  mem::KvReqState kv;
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
+  int32_t retractions = 0;
+  std::vector<float> input_logprobs;  // for positions logprob_start_len + 1 .. len(input) - 1
+
+  FinishReason finish;
+  bool abort_requested = false;
+
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_token_time;
+  Clock::time_point last_token_time;
+
+  std::shared_ptr<RequestStream> stream;
+
+  int32_t input_len() const { return static_cast<int32_t>(origin_input_ids.size()); }
+  int32_t output_len() const { return static_cast<int32_t>(output_ids.size()); }
+  bool finished() const { return finish.kind != FinishKind::kNone; }
+  // Input followed by output: what the KV cache holds (all but the last sampled token).
+  std::vector<int32_t> all_ids() const {
+    std::vector<int32_t> ids = origin_input_ids;
+    ids.insert(ids.end(), output_ids.begin(), output_ids.end());
+    return ids;
+  }
+};
+
+}  // namespace kvserve::engine

@@ -1,0 +1,433 @@
+#include "kvserve/engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kvserve/core/logging.h"
+#include "kvserve/engine/prefill_adder.h"
+#include "kvserve/engine/sampler.h"
+#include "kvserve/mem/common.h"
+#include "kvserve/mem/invariants.h"
+
+namespace kvserve::engine {
+namespace {
+
+// SGLang's constants (SGLANG_INIT_NEW_TOKEN_RATIO, ..._MIN_NEW_TOKEN_RATIO_FACTOR,
+// ..._NEW_TOKEN_RATIO_DECAY_STEPS, ..._RETRACT_DECODE_STEPS).
+constexpr double kInitNewTokenRatio = 0.7;
+constexpr double kMinNewTokenRatioFactor = 0.14;
+constexpr double kNewTokenRatioDecaySteps = 600;
+constexpr int64_t kRetractDecodeSteps = 20;
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+Scheduler::Scheduler(model::ModelRunner& runner, mem::PrefixCache& cache,
+                     const tokenizer::Tokenizer* tokenizer, const SchedulerOptions& options,
+                     Metrics* metrics)
+    : runner_(runner),
+      cache_(cache),
+      memory_{runner.req_to_token(), runner.allocator(), cache},
+      tokenizer_(tokenizer),
+      options_(options),
+      metrics_(metrics),
+      rng_(options.seed) {
+  init_new_token_ratio_ = std::min(kInitNewTokenRatio * options.schedule_conservativeness, 1.0);
+  min_new_token_ratio_ = init_new_token_ratio_ * kMinNewTokenRatioFactor;
+  new_token_ratio_decay_ =
+      (init_new_token_ratio_ - min_new_token_ratio_) / kNewTokenRatioDecaySteps;
+  new_token_ratio_ = init_new_token_ratio_;
+}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::add_request(std::unique_ptr<Req> req) {
+  Req* r = req.get();
+  reqs_[r->id] = std::move(req);
+  waiting_.push_back(r);
+}
+
+// --- prefill -------------------------------------------------------------------------------
+
+void Scheduler::init_next_round_input(Req& r) {
+  r.fill_ids = r.all_ids();
+  // At least one token is computed (for its logits); with input logprobs, the positions from
+  // logprob_start_len on must be computed too.
+  int64_t limit = static_cast<int64_t>(r.fill_ids.size()) - 1;
+  if (r.logprob_start_len >= 0) limit = std::min<int64_t>(limit, r.logprob_start_len);
+  mem::MatchResult m =
+      cache_.match_prefix(std::span(r.fill_ids).first(std::max<int64_t>(limit, 0)));
+  r.kv.prefix_indices = std::move(m.indices);
+  r.kv.last_node = m.last_node;
+  r.kv.cache_protected_len = static_cast<int32_t>(r.kv.prefix_indices.size());
+  r.extend_input_len = static_cast<int32_t>(r.fill_ids.size() - r.kv.prefix_indices.size());
+}
+
+std::vector<Req*> Scheduler::get_new_batch_prefill() {
+  const int32_t max_running = runner_.max_running_requests();
+  if (chunked_ == nullptr &&
+      (waiting_.empty() || static_cast<int32_t>(running_.size()) >= max_running)) {
+    return {};
+  }
+  double reservation = 0;
+  for (const Req* r : running_)
+    reservation += remaining_output_budget(*r) * new_token_ratio_;
+  const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0
+                                           ? std::optional(options_.chunked_prefill_size)
+                                           : std::nullopt;
+  PrefillAdder adder(runner_.page_size(), cache_, runner_.allocator(), reservation,
+                     options_.max_prefill_tokens, chunk);
+  Req* const previous_chunk = chunked_;
+  if (previous_chunk != nullptr) adder.add_chunked_req(*previous_chunk);
+  apply_schedule_policy(options_.policy, waiting_, cache_, rng_);
+  std::vector<Req*> admitted;
+  for (Req* r : waiting_) {
+    // At most one chunked request at a time; the batch stops at max_running_requests.
+    const auto in_flight = static_cast<int32_t>(running_.size() + adder.can_run().size());
+    if (in_flight >= max_running || adder.new_chunked_req() != nullptr) break;
+    init_next_round_input(*r);
+    const size_t before = adder.can_run().size();
+    const AddResult res = adder.add_one_req(*r);
+    if (adder.can_run().size() > before) admitted.push_back(r);
+    if (res != AddResult::kContinue) break;
+  }
+  for (Req* r : admitted) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+    if (r->retractions == 0 && r->output_ids.empty()) {
+      r->cached_tokens = r->kv.cache_protected_len;
+      if (metrics_) metrics_->on_admitted(r->input_len(), r->cached_tokens);
+    }
+  }
+  // The request still chunked after this batch: a new one, or the previous one when it got no
+  // room this round (its last chunk, if it runs now, is not chunked any more).
+  const auto& taken = adder.can_run();
+  chunked_ = adder.new_chunked_req();
+  if (previous_chunk != nullptr &&
+      std::find(taken.begin(), taken.end(), previous_chunk) == taken.end()) {
+    chunked_ = previous_chunk;
+  }
+  return adder.can_run();
+}
+
+void Scheduler::run_extend(const std::vector<Req*>& batch) {
+  std::vector<mem::KvReqState*> kvs;
+  std::vector<int32_t> seq_lens;
+  for (Req* r : batch) {
+    kvs.push_back(&r->kv);
+    seq_lens.push_back(static_cast<int32_t>(r->kv.prefix_indices.size()) + r->extend_input_len);
+  }
+  std::vector<int32_t> loc;
+  if (Status s = mem::alloc_for_extend(memory_, kvs, seq_lens, loc); !s.is_ok()) {
+    // The budgets should make this unreachable; put the batch back rather than crash.
+    KV_LOG_WARN("prefill of {} requests did not fit after budgeting: {}", batch.size(),
+                s.message());
+    for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+      Req* r = *it;
+      if (r->kv.row == mem::kNoRow) {
+        cache_.dec_lock_ref(r->kv.last_node);
+        r->kv = mem::KvReqState{};
+        if (r != chunked_) waiting_.push_front(r);
+      }
+    }
+    return;
+  }
+  ++prefill_batches_;
+  // Which rows need logits: input logprobs (positions whose next token is still input) and the
+  // last position of a complete prompt (its first sampled token).
+  std::vector<model::ForwardRequest> fwd;
+  std::vector<std::vector<int32_t>> rows_of(batch.size());
+  std::vector<int32_t> logits_rows;
+  int32_t start = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Req& r = *batch[i];
+    const auto prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
+    const int32_t seq = seq_lens[i];
+    fwd.push_back({r.kv.row, prefix,
+                   std::vector<int32_t>(r.fill_ids.begin() + prefix, r.fill_ids.begin() + seq)});
+    for (int32_t p = prefix; p < seq; ++p) {
+      const bool input_logprob = r.logprob_start_len >= 0 && p >= r.logprob_start_len &&
+                                 p + 1 < r.input_len() && r.output_ids.empty();
+      const bool sample = !r.chunked && p == seq - 1;
+      if (input_logprob || sample) {
+        rows_of[i].push_back(static_cast<int32_t>(logits_rows.size()));
+        logits_rows.push_back(start + (p - prefix));
+      }
+    }
+    start += seq - prefix;
+  }
+  model::ForwardBatch fb = model::make_forward_batch(
+      model::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  fb.logits_indices = logits_rows;
+  runner_.forward(fb, logits_);
+  const int32_t vocab = runner_.config().vocab_size;
+  auto row = [&](int32_t k) {
+    return std::span<const float>(logits_).subspan(size_t(k) * vocab, vocab);
+  };
+
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Req& r = *batch[i];
+    const auto prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
+    size_t k = 0;
+    for (int32_t p = prefix; p < seq_lens[i]; ++p) {
+      if (k < rows_of[i].size() && r.logprob_start_len >= 0 && p >= r.logprob_start_len &&
+          p + 1 < r.input_len() && r.output_ids.empty()) {
+        r.input_logprobs.push_back(token_logprob(row(rows_of[i][k++]), r.origin_input_ids[p + 1]));
+      }
+    }
+    if (r.chunked) {
+      cache_.cache_unfinished_req(r.kv, r.fill_ids);
+      continue;
+    }
+    accept_token(r, row(rows_of[i].back()));
+    if (r.finished()) {
+      finish_and_release(r);
+    } else {
+      cache_.cache_unfinished_req(r.kv, r.fill_ids);
+      running_.push_back(&r);
+    }
+  }
+}
+
+// --- decode --------------------------------------------------------------------------------
+
+void Scheduler::retract(Req* r) {
+  mem::release_kv_cache(memory_, r->kv, r->all_ids(), /*insert=*/false);
+  r->kv = mem::KvReqState{};
+  r->fill_ids.clear();
+  ++r->retractions;
+  ++retractions_;
+  if (metrics_) metrics_->on_retracted();
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  waiting_.push_back(r);
+}
+
+bool Scheduler::ensure_decode_memory() {
+  auto needed = [&] {
+    std::vector<int32_t> lens;
+    for (const Req* r : running_)
+      lens.push_back(r->kv.kv_allocated_len + 1);
+    return runner_.allocator().decode_slots_needed(lens);
+  };
+  mem::evict_from_tree_cache(memory_, needed());
+  if (runner_.allocator().available_size() >= needed()) return true;
+  // Retract until the step fits: fewest generated tokens first, then the longest prompt.
+  while (running_.size() > 1 && runner_.allocator().available_size() < needed()) {
+    Req* victim =
+        *std::min_element(running_.begin(), running_.end(), [](const Req* a, const Req* b) {
+          return std::pair(a->output_len(), -a->input_len()) <
+                 std::pair(b->output_len(), -b->input_len());
+        });
+    retract(victim);
+    mem::evict_from_tree_cache(memory_, needed());
+  }
+  int64_t decoded = 0;
+  int64_t max_new = 0;
+  for (const Req* r : running_) {
+    decoded += r->output_len();
+    max_new += r->sampling.max_new_tokens;
+  }
+  new_token_ratio_ = std::min(
+      1.0,
+      static_cast<double>(decoded + kRetractDecodeSteps * static_cast<int64_t>(running_.size())) /
+          static_cast<double>(max_new + 1));
+  KV_LOG_INFO("KV cache full: retracted requests; {} still running, new_token_ratio {:.3f}",
+              running_.size(), new_token_ratio_);
+  return runner_.allocator().available_size() >= needed();
+}
+
+void Scheduler::run_decode() {
+  const bool had_room = [&] {
+    std::vector<int32_t> lens;
+    for (const Req* r : running_)
+      lens.push_back(r->kv.kv_allocated_len + 1);
+    const int64_t need = runner_.allocator().decode_slots_needed(lens);
+    return runner_.allocator().available_size() + cache_.evictable_size() >= need;
+  }();
+  if (!ensure_decode_memory()) {
+    // One request that cannot grow even alone: it was admitted, so this is a bug; fail it.
+    Req* r = running_.front();
+    r->finish = {FinishKind::kAbort, -1, "", "out of KV cache memory"};
+    finish_and_release(*r);
+    return;
+  }
+  if (had_room)
+    new_token_ratio_ = std::max(new_token_ratio_ - new_token_ratio_decay_, min_new_token_ratio_);
+  std::vector<mem::KvReqState*> kvs;
+  for (Req* r : running_)
+    kvs.push_back(&r->kv);
+  std::vector<int32_t> loc;
+  const Status s = mem::alloc_for_decode(memory_, kvs, loc);
+  KV_CHECK(s.is_ok(), "decode allocation after the memory check: {}", s.to_string());
+  ++decode_steps_;
+  std::vector<model::ForwardRequest> fwd;
+  for (Req* r : running_)
+    fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
+  model::ForwardBatch fb = model::make_forward_batch(
+      model::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  runner_.forward(fb, logits_);
+  const int32_t vocab = runner_.config().vocab_size;
+  const std::vector<Req*> batch = running_;
+  runner_.allocator().free_group_begin();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Req& r = *batch[i];
+    accept_token(r, std::span<const float>(logits_).subspan(i * vocab, vocab));
+    if (r.finished()) finish_and_release(r);
+  }
+  runner_.allocator().free_group_end();
+}
+
+// --- results -------------------------------------------------------------------------------
+
+void Scheduler::accept_token(Req& r, std::span<const float> logits) {
+  const SampledToken t =
+      sample(logits, r.sampling, r.origin_input_ids, r.output_ids, r.seed, r.output_len());
+  r.output_ids.push_back(t.token);
+  const Clock::time_point now = Clock::now();
+  if (metrics_) {
+    metrics_->on_generated(1);
+    if (!r.first_token_time) {
+      metrics_->on_first_token(seconds(now - r.arrival));
+    } else {
+      metrics_->on_inter_token(seconds(now - r.last_token_time));
+    }
+  }
+  if (!r.first_token_time) r.first_token_time = now;
+  r.last_token_time = now;
+  check_finished(r);
+  StreamEvent e;
+  e.token_ids = {t.token};
+  if (r.sampling.return_logprob) e.logprobs = {t.logprob};
+  if (r.sampling.top_logprobs_num > 0) e.top_logprobs = {t.top_logprobs};
+  if (r.output_len() == 1) e.input_logprobs = r.input_logprobs;
+  emit(r, std::move(e));
+}
+
+void Scheduler::check_finished(Req& r) {
+  const int32_t last = r.output_ids.back();
+  const SamplingParams& p = r.sampling;
+  const bool allowed_to_stop = r.output_len() >= p.min_new_tokens;
+  if (allowed_to_stop) {
+    const bool stop_id =
+        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end();
+    const bool eos =
+        !p.ignore_eos && std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(),
+                                   last) != options_.eos_token_ids.end();
+    if (stop_id || eos) {
+      r.finish = {FinishKind::kStopToken, last, "", ""};
+      return;
+    }
+    if (!r.stop_strings.empty() && tokenizer_ != nullptr) {
+      size_t longest = 0;
+      for (const auto& s : r.stop_strings)
+        longest = std::max(longest, s.size());
+      const size_t tail = std::min<size_t>(r.output_ids.size(), longest + 2);
+      const std::string text =
+          tokenizer_->decode(std::span(r.output_ids).subspan(r.output_ids.size() - tail),
+                             /*skip_special_tokens=*/true);
+      for (const auto& s : r.stop_strings) {
+        if (!s.empty() && text.find(s) != std::string::npos) {
+          r.finish = {FinishKind::kStopString, -1, s, ""};
+          return;
+        }
+      }
+    }
+  }
+  if (r.output_len() >= p.max_new_tokens ||
+      r.input_len() + r.output_len() >= runner_.context_len()) {
+    r.finish = {FinishKind::kLength, -1, "", ""};
+  }
+}
+
+void Scheduler::emit(Req& r, StreamEvent e) {
+  e.prompt_tokens = r.input_len();
+  e.completion_tokens = r.output_len();
+  e.cached_tokens = r.cached_tokens;
+  e.finished = r.finished();
+  e.finish = r.finish;
+  if (r.stream) r.stream->push(std::move(e));
+}
+
+void Scheduler::finish_and_release(Req& r) {
+  if (r.kv.row != mem::kNoRow) {
+    mem::release_kv_cache(memory_, r.kv, r.all_ids(), r.finish.kind != FinishKind::kAbort);
+  } else if (r.kv.last_node != nullptr) {
+    cache_.dec_lock_ref(r.kv.last_node);
+  }
+  if (metrics_)
+    metrics_->on_finished(seconds(Clock::now() - r.arrival), r.finish.kind == FinishKind::kAbort);
+  forget(&r);
+}
+
+void Scheduler::forget(Req* r) {
+  std::erase(running_, r);
+  std::erase(waiting_, r);
+  if (chunked_ == r) chunked_ = nullptr;
+  reqs_.erase(r->id);  // destroys r
+}
+
+bool Scheduler::abort(const std::string& rid, const std::string& why) {
+  for (auto& [id, req] : reqs_) {
+    if (req->rid != rid) continue;
+    Req& r = *req;
+    r.finish = {FinishKind::kAbort, -1, "", why};
+    StreamEvent e;
+    emit(r, std::move(e));
+    finish_and_release(r);
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::abort_all(const std::string& why) {
+  std::vector<std::string> rids;
+  for (const auto& [id, r] : reqs_)
+    rids.push_back(r->rid);
+  for (const auto& rid : rids)
+    abort(rid, why);
+}
+
+bool Scheduler::step() {
+  const std::vector<Req*> batch = get_new_batch_prefill();
+  if (!batch.empty()) {
+    run_extend(batch);
+  } else if (!running_.empty()) {
+    run_decode();
+  } else {
+    return false;
+  }
+  if (metrics_) {
+    const SchedulerStats s = stats();
+    metrics_->set_load(s.running, s.waiting,
+                       s.total_tokens == 0 ? 0.0 : double(s.used_tokens) / double(s.total_tokens));
+  }
+  return true;
+}
+
+Status Scheduler::check_idle_invariants() const {
+  mem::MemoryReport report;
+  KV_RETURN_IF_ERROR(mem::check_memory_invariants(memory_, {}, &report));
+  if (report.protected_ != 0) {
+    return make_status(StatusCode::kInternal, "idle with {} protected tokens", report.protected_);
+  }
+  return Status::ok();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.running = static_cast<int32_t>(running_.size()) + (chunked_ != nullptr);
+  s.waiting = static_cast<int32_t>(waiting_.size());
+  s.total_tokens = runner_.allocator().size();
+  s.available_tokens = runner_.allocator().available_size();
+  s.evictable_tokens = cache_.evictable_size();
+  s.used_tokens = s.total_tokens - s.available_tokens - s.evictable_tokens;
+  s.new_token_ratio = new_token_ratio_;
+  s.retractions = retractions_;
+  s.prefill_batches = prefill_batches_;
+  s.decode_steps = decode_steps_;
+  return s;
+}
+
+}  // namespace kvserve::engine

@@ -1,0 +1,112 @@
+// Scheduler: continuous batching over one ModelRunner (sglang-notes §5). Engine-thread only.
+//
+// Each step either runs a prefill batch (prefill has priority) or one decode step of every
+// running request:
+//   prefill: the chunked request continues first; waiting requests, ordered by the policy, are
+//            matched against the prefix cache (at most len - 1 tokens) and admitted while the
+//            PrefillAdder's budgets allow; one may be chunked. After the forward, intermediate
+//            chunks are cached (cache_unfinished_req); complete prompts sample their first token,
+//            share their prompt through the prefix cache and join the running batch.
+//   decode:  if the next step needs more KV than is free (after evicting), requests are
+//            retracted (fewest outputs first, then longest prompt): their KV is freed and they
+//            go back to the waiting queue to recompute input + output; new_token_ratio rises,
+//            then decays back while memory suffices.
+// Finished requests (stop token, stop string, length, abort) give their KV to the prefix cache.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvserve/engine/metrics.h"
+#include "kvserve/engine/req.h"
+#include "kvserve/engine/schedule_policy.h"
+#include "kvserve/mem/allocation.h"
+#include "kvserve/model/model_runner.h"
+#include "kvserve/tokenizer/tokenizer.h"
+
+namespace kvserve::engine {
+
+struct SchedulerOptions {
+  SchedulePolicy policy = SchedulePolicy::kFcfs;
+  int64_t chunked_prefill_size = 8192;  // <= 0: no chunking
+  int64_t max_prefill_tokens = 16384;
+  double schedule_conservativeness = 1.0;
+  std::vector<int32_t> eos_token_ids;
+  uint64_t seed = 42;  // for the random policy
+};
+
+struct SchedulerStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t total_tokens = 0;
+  int64_t used_tokens = 0;  // held by requests or locked in the cache
+  int64_t available_tokens = 0;
+  int64_t evictable_tokens = 0;
+  double new_token_ratio = 0;
+  int64_t retractions = 0;
+  int64_t prefill_batches = 0;
+  int64_t decode_steps = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(model::ModelRunner& runner, mem::PrefixCache& cache,
+            const tokenizer::Tokenizer* tokenizer, const SchedulerOptions& options,
+            Metrics* metrics);
+  ~Scheduler();
+
+  void add_request(std::unique_ptr<Req> req);
+  // Aborts a request wherever it is; its KV and row are freed now. False if unknown.
+  bool abort(const std::string& rid, const std::string& why);
+  // Aborts every request (shutdown): each stream gets its final event.
+  void abort_all(const std::string& why);
+  // One prefill or decode batch; false when there was nothing to run.
+  bool step();
+  bool idle() const { return waiting_.empty() && running_.empty() && chunked_ == nullptr; }
+  // The memory invariants with no request alive (only meaningful when idle).
+  Status check_idle_invariants() const;
+  SchedulerStats stats() const;
+  mem::PrefixCache& cache() { return cache_; }
+
+ private:
+  std::vector<Req*> get_new_batch_prefill();
+  void run_extend(const std::vector<Req*>& batch);
+  void run_decode();
+  bool ensure_decode_memory();
+  void retract(Req* r);
+  void init_next_round_input(Req& r);
+  void accept_token(Req& r, std::span<const float> logits);
+  void check_finished(Req& r);
+  void emit(Req& r, StreamEvent event);
+  void finish_and_release(Req& r);
+  void forget(Req* r);
+
+  model::ModelRunner& runner_;
+  mem::PrefixCache& cache_;
+  mem::KvMemory memory_;
+  const tokenizer::Tokenizer* tokenizer_;
+  SchedulerOptions options_;
+  Metrics* metrics_;
+  std::mt19937_64 rng_;
+
+  std::unordered_map<uint64_t, std::unique_ptr<Req>> reqs_;
+  std::deque<Req*> waiting_;
+  std::vector<Req*> running_;
+  Req* chunked_ = nullptr;
+
+  double init_new_token_ratio_;
+  double min_new_token_ratio_;
+  double new_token_ratio_decay_;
+  double new_token_ratio_;
+  int64_t retractions_ = 0;
+  int64_t prefill_batches_ = 0;
+  int64_t decode_steps_ = 0;
+  std::vector<float> logits_;
+};
+
+}  // namespace kvserve::engine

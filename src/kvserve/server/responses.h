@@ -1,0 +1,44 @@
+// Response bodies and stream chunks of the three generation APIs.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kvserve/server/job.h"
+
+namespace kvserve::server {
+
+using ordered_json = nlohmann::ordered_json;
+
+// "data: <json>\n\n"
+std::string sse(const ordered_json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// SGLang's finish_reason object: {"type": "stop", "matched": ...} / {"type": "length", ...}.
+ordered_json native_finish_reason(const OutputCollector& o);
+
+// /generate
+ordered_json native_item(const Job& job, const Choice& c, bool final);
+
+// /v1/completions
+ordered_json completion_response(const Job& job, const CompletionRequest& req,
+                                 const std::string& id, const std::string& model,
+                                 const tokenizer::Tokenizer* tok);
+ordered_json completion_chunk(const std::string& id, const std::string& model, int64_t created,
+                              size_t index, const std::string& text, const char* finish_reason);
+// /v1/chat/completions
+ordered_json chat_response(const Job& job, const ChatCompletionRequest& req, const std::string& id,
+                           const std::string& model, const tokenizer::Tokenizer* tok);
+ordered_json chat_chunk(const std::string& id, const std::string& model, int64_t created,
+                        size_t index, const ordered_json& delta, const char* finish_reason,
+                        const ordered_json& logprobs = nullptr);
+ordered_json chat_logprobs(const tokenizer::Tokenizer* tok, const std::vector<int32_t>& ids,
+                           const std::vector<float>& lps,
+                           const std::vector<std::vector<std::pair<int32_t, float>>>& top,
+                           size_t from);
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
+ordered_json usage(const Job& job);
+
+std::string new_id(const char* prefix);
+
+}  // namespace kvserve::server
