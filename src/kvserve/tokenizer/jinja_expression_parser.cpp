@@ -35,12 +35,15 @@ ExprPtr ExpressionParser::parse_tuple(bool with_condexpr,
 }
 
 ExprPtr ExpressionParser::parse_expression(bool with_condexpr) {
-  Guard guard(*this);
   if (!with_condexpr) return parse_or();
   ExprPtr expr = parse_or();
   while (skip_name("if")) {
     ExprPtr test = parse_or();
-    ExprPtr otherwise = skip_name("else") ? parse_expression(true) : nullptr;
+    ExprPtr otherwise;
+    if (skip_name("else")) {
+      Guard guard(*this);  // a chain of elses nests
+      otherwise = parse_expression(true);
+    }
     ExprPtr e = node(ExprKind::kCond, expr->offset);
     add(*e, std::move(expr));
     add(*e, std::move(test));
@@ -65,8 +68,8 @@ ExprPtr ExpressionParser::parse_and() {
 }
 
 ExprPtr ExpressionParser::parse_not() {
-  Guard guard(*this);
   if (cur().is_name("not")) {
+    Guard guard(*this);
     ExprPtr e = node(ExprKind::kNot, cur().offset);
     advance();
     add(*e, parse_not());

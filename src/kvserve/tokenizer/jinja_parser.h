@@ -16,7 +16,7 @@
 
 namespace kvserve::tokenizer::jinja {
 
-inline constexpr int kMaxNesting = 128;     // parser recursion: parentheses, unary chains, blocks
+inline constexpr int kMaxNesting = 200;     // parser recursion: parentheses, unary chains, blocks
 inline constexpr int kMaxExprHeight = 512;  // tree height, e.g. a long chain of + (evaluation)
 
 struct SyntaxError {

@@ -21,7 +21,8 @@ void check_nesting(int depth) {
 }
 
 template <typename Json>
-Value value_from_json(const Json& j) {
+Value value_from_json(const Json& j, int depth) {
+  check_nesting(depth);
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return Value::none();
@@ -43,14 +44,14 @@ Value value_from_json(const Json& j) {
       ValueList items;
       items.reserve(j.size());
       for (const auto& e : j)
-        items.push_back(value_from_json(e));
+        items.push_back(value_from_json(e, depth + 1));
       return Value::list(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
       for (auto it = j.begin(); it != j.end(); ++it)
-        d.entries.emplace_back(it.key(), value_from_json(it.value()));
+        d.entries.emplace_back(it.key(), value_from_json(it.value(), depth + 1));
       return Value::dict(std::move(d));
     }
     default:
@@ -336,6 +337,9 @@ Value Value::list(ValueList items, bool tuple) {
   Value v;
   v.kind_ = Kind::kList;
   v.tuple_ = tuple;
+  for (const Value& item : items)
+    v.depth_ = std::max(v.depth_, item.depth_ + 1);
+  check_nesting(v.depth_);
   v.list_ = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
@@ -343,6 +347,9 @@ Value Value::list(ValueList items, bool tuple) {
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::kDict;
+  for (const auto& entry : d.entries)
+    v.depth_ = std::max(v.depth_, entry.second.depth_ + 1);
+  check_nesting(v.depth_);
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
@@ -362,10 +369,10 @@ Value Value::function(std::string name, std::function<Value(Interpreter&, CallAr
 }
 
 Value Value::from_json(const nlohmann::json& j) {
-  return value_from_json(j);
+  return value_from_json(j, 0);
 }
 Value Value::from_json(const nlohmann::ordered_json& j) {
-  return value_from_json(j);
+  return value_from_json(j, 0);
 }
 
 bool Value::truthy() const {

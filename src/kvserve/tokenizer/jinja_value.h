@@ -129,6 +129,7 @@ class Value {
  private:
   Kind kind_;
   bool tuple_ = false;
+  int depth_ = 0;  // list/dict nesting, bounded so that destruction and repr cannot overflow
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> text_;  // kString, kUndefined (its message)
