@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-  libpcre2-dev libopenblas-openmp-dev
+  libpcre2-dev libopenblas-openmp-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format
 )
