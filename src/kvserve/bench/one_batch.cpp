@@ -1,0 +1,232 @@
+#include "kvserve/bench/one_batch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "kvserve/bench/metrics.h"
+#include "kvserve/mem/allocation.h"
+#include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/common.h"
+
+namespace kvserve::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kPromptIdLimit = 10000;  // SGLang: np.random.randint(0, 10000)
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The greedy token of each row of [n, vocab] logits.
+void argmax_rows(const std::vector<float>& logits, int32_t vocab, std::vector<int32_t>& out) {
+  const size_t n = logits.size() / static_cast<size_t>(vocab);
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * static_cast<size_t>(vocab);
+    out[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
+}
+
+Status check_list(const std::vector<int32_t>& values, const char* flag) {
+  if (values.empty()) return invalid_argument("{} needs at least one value", flag);
+  for (const int32_t v : values) {
+    if (v < 1) return invalid_argument("{} values must be >= 1, got {}", flag, v);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+nlohmann::json OneBatchResult::to_json() const {
+  nlohmann::json j;
+  j["run_name"] = run_name;
+  j["batch_size"] = batch_size;
+  j["input_len"] = input_len;
+  j["output_len"] = output_len;
+  j["prefill_latency"] = prefill_latency;
+  j["prefill_throughput"] = prefill_throughput;
+  if (median_decode_latency.has_value()) {
+    j["median_decode_latency"] = *median_decode_latency;
+    j["median_decode_throughput"] = *median_decode_throughput;
+  }
+  j["total_latency"] = total_latency;
+  j["overall_throughput"] = overall_throughput;
+  return j;
+}
+
+std::optional<std::string> one_batch_misfit(const model::ModelRunner& runner, int32_t batch_size,
+                                            int32_t input_len, int32_t output_len) {
+  const int64_t seq = int64_t{input_len} + output_len;
+  if (seq > runner.context_len()) {
+    return fmt::format("input + output ({}) exceeds the context length {}", seq,
+                       runner.context_len());
+  }
+  const int64_t per_request = mem::ceil_align(seq, runner.page_size());
+  const int64_t max_batch = runner.max_total_tokens() / per_request;
+  if (batch_size > max_batch) {
+    return fmt::format("max batch size limit ({} for {} KV tokens)", max_batch,
+                       runner.max_total_tokens());
+  }
+  if (batch_size > runner.max_running_requests()) {
+    return fmt::format("max_running_requests limit ({})", runner.max_running_requests());
+  }
+  return std::nullopt;
+}
+
+Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std::string& run_name,
+                                          int32_t batch_size, int32_t input_len, int32_t output_len,
+                                          uint64_t seed,
+                                          const std::function<void(std::string_view)>& log) {
+  KV_CHECK(batch_size >= 1 && input_len >= 1 && output_len >= 1, "({}, {}, {})", batch_size,
+           input_len, output_len);
+  mem::ReqToTokenPool& rows = runner.req_to_token();
+  mem::BaseTokenToKVPoolAllocator& allocator = runner.allocator();
+  KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
+           "a one-batch run starts with every row and slot free");
+  mem::ChunkCache cache(rows, allocator);
+  const mem::KvMemory memory{rows, allocator, cache};
+  platform::Platform& platform = runner.platform();
+  const int32_t vocab = runner.config().vocab_size;
+
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, std::min(vocab, kPromptIdLimit) - 1);
+  const auto bs = static_cast<size_t>(batch_size);
+  std::vector<std::vector<int32_t>> tokens(bs);
+  for (std::vector<int32_t>& t : tokens) {
+    t.resize(static_cast<size_t>(input_len));
+    for (int32_t& id : t)
+      id = token(rng);
+  }
+  std::vector<mem::KvReqState> kv(bs);
+  std::vector<mem::KvReqState*> states;
+  for (mem::KvReqState& s : kv)
+    states.push_back(&s);
+  auto release_all = [&] {
+    allocator.free_group_begin();
+    for (size_t b = 0; b < bs; ++b) {
+      if (kv[b].row != mem::kNoRow) mem::release_kv_cache(memory, kv[b], tokens[b], false);
+    }
+    allocator.free_group_end();
+  };
+
+  OneBatchResult r;
+  r.run_name = run_name;
+  r.batch_size = batch_size;
+  r.input_len = input_len;
+  r.output_len = output_len;
+  std::vector<float> logits;
+  std::vector<int32_t> next;
+  std::vector<int32_t> out_cache_loc;
+  std::vector<model::ForwardRequest> fwd;
+
+  // Prefill: allocation, forward and the greedy pick, as SGLang's extend() + sample.
+  platform.synchronize();
+  auto t0 = Clock::now();
+  const std::vector<int32_t> seq_lens(bs, input_len);
+  if (Status s = mem::alloc_for_extend(memory, states, seq_lens, out_cache_loc); !s.is_ok()) {
+    return out_of_memory("prefill of ({}, {}, {}): {}", batch_size, input_len, output_len,
+                         s.message());
+  }
+  for (size_t b = 0; b < bs; ++b)
+    fwd.push_back({kv[b].row, 0, tokens[b]});
+  model::ForwardBatch batch = model::make_forward_batch(
+      model::ForwardMode::kExtend, fwd, std::move(out_cache_loc), rows, runner.kv_pool());
+  runner.forward(batch, logits);
+  argmax_rows(logits, vocab, next);
+  platform.synchronize();
+  r.prefill_latency = seconds(t0, Clock::now());
+  r.total_latency = r.prefill_latency;
+  r.prefill_throughput = static_cast<double>(input_len) * batch_size / r.prefill_latency;
+  log(fmt::format("Prefill. latency: {:6.5f} s, throughput: {:9.2f} token/s", r.prefill_latency,
+                  r.prefill_throughput));
+
+  for (int32_t i = 0; i < output_len - 1; ++i) {
+    platform.synchronize();
+    t0 = Clock::now();
+    for (size_t b = 0; b < bs; ++b)
+      tokens[b].push_back(next[b]);
+    if (Status s = mem::alloc_for_decode(memory, states, out_cache_loc); !s.is_ok()) {
+      release_all();
+      return out_of_memory("decode step {} of ({}, {}, {}): {}", i, batch_size, input_len,
+                           output_len, s.message());
+    }
+    fwd.clear();
+    for (size_t b = 0; b < bs; ++b)
+      fwd.push_back({kv[b].row, kv[b].kv_allocated_len - 1, {tokens[b].back()}});
+    batch = model::make_forward_batch(model::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
+                                      rows, runner.kv_pool());
+    runner.forward(batch, logits);
+    argmax_rows(logits, vocab, next);
+    platform.synchronize();
+    const double latency = seconds(t0, Clock::now());
+    r.decode_latencies.push_back(latency);
+    r.total_latency += latency;
+    if (i < 5) {
+      log(fmt::format("Decode {}. Batch size: {}, latency: {:6.5f} s, throughput: {:9.2f} token/s",
+                      i, batch_size, latency, batch_size / latency));
+    }
+  }
+  for (size_t b = 0; b < bs; ++b)
+    tokens[b].push_back(next[b]);
+  release_all();
+  KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
+           "a one-batch run leaves every row and slot free");
+
+  if (output_len > 1) {
+    const double med = median(r.decode_latencies);
+    r.median_decode_latency = med;
+    r.median_decode_throughput = batch_size / med;
+    log(fmt::format("Decode.  median latency: {:6.5f} s, median throughput: {:9.2f} token/s", med,
+                    *r.median_decode_throughput));
+  }
+  r.overall_throughput =
+      (static_cast<double>(input_len) + output_len) * batch_size / r.total_latency;
+  log(fmt::format("Total. latency: {:6.3f} s, throughput: {:9.2f} token/s", r.total_latency,
+                  r.overall_throughput));
+  return r;
+}
+
+Result<std::vector<OneBatchResult>> run_one_batch_sweep(
+    model::ModelRunner& runner, const OneBatchOptions& o,
+    const std::function<void(std::string_view)>& log) {
+  KV_RETURN_IF_ERROR(check_list(o.batch_sizes, "--batch-size"));
+  KV_RETURN_IF_ERROR(check_list(o.input_lens, "--input-len"));
+  KV_RETURN_IF_ERROR(check_list(o.output_lens, "--output-len"));
+  auto fits = [&](int32_t b, int32_t i, int32_t out) {
+    if (auto why = one_batch_misfit(runner, b, i, out); why.has_value()) {
+      log(fmt::format("skipping ({}, {}, {}) due to {}", b, i, out, *why));
+      return false;
+    }
+    return true;
+  };
+  if (o.warmup) {
+    log("Warmup ...");
+    const int32_t b = o.batch_sizes[0], i = o.input_lens[0];
+    const int32_t out = std::min(32, o.output_lens[0]);
+    if (fits(b, i, out)) {
+      KV_RETURN_IF_ERROR(run_one_batch_once(runner, o.run_name, b, i, out, o.seed, log).status());
+    }
+  }
+  log("Benchmark ...");
+  std::vector<OneBatchResult> results;
+  uint64_t run = 0;
+  for (const int32_t b : o.batch_sizes) {
+    for (const int32_t i : o.input_lens) {
+      for (const int32_t out : o.output_lens) {
+        ++run;
+        if (!fits(b, i, out)) continue;
+        KV_ASSIGN_OR_RETURN(OneBatchResult r,
+                            run_one_batch_once(runner, o.run_name, b, i, out, o.seed + run, log));
+        results.push_back(std::move(r));
+      }
+    }
+  }
+  return results;
+}
+
+}  // namespace kvserve::bench
