@@ -9,7 +9,13 @@ packages=(
   libpcre2-dev libopenblas-openmp-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format
+  curl jq  # the black-box server test drives kvserve serve with curl
 )
+# The OpenAI Node SDK test needs Node.js and npm (Debian 12: node 18). A Node.js installed some
+# other way (e.g. NodeSource, which bundles npm) is used as it is.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -28,6 +28,7 @@ int run_serve(ServeOptions o) {
 
   KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
               o.engine.runner.device);
+  o.engine.runner.show_progress = true;
   auto engine = engine::Engine::create(o.engine);
   if (!engine.is_ok()) {
     fmt::print(stderr, "kvserve serve: {}\n", engine.status().message());
@@ -49,7 +50,10 @@ int run_serve(ServeOptions o) {
     int sig = 0;
     sigwait(&signals, &sig);
     KV_LOG_INFO("received signal {}; shutting down", sig);
+    // Stop accepting, then end what is in flight (streams get finish_reason abort), so the HTTP
+    // workers return promptly and run() below comes back.
     http.stop();
+    (*engine)->shutdown();
   });
   KV_LOG_INFO("The server is fired up and ready to roll! http://{}:{}", o.server.host, http.port());
   http.run();

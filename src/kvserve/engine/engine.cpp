@@ -1,5 +1,7 @@
 #include "kvserve/engine/engine.h"
 
+#include <tuple>
+
 #include <fmt/format.h>
 
 #include <random>
@@ -64,16 +66,23 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       "{}; chunked_prefill_size {}, max_prefill_tokens {}, schedule_policy {}, {} cache",
       r.summary(), so.chunked_prefill_size, so.max_prefill_tokens, schedule_policy_name(policy),
       options.disable_radix_cache ? "chunk" : "radix");
+  e->status_.scheduler = e->scheduler_->stats();  // /get_server_info is right before any step
   e->thread_ = std::thread([raw = e.get()] { raw->loop(); });
   return e;
 }
 
 Engine::~Engine() {
+  shutdown();
+}
+
+void Engine::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
+  // Only the first caller joins; later ones (the destructor) find the thread gone.
+  std::lock_guard<std::mutex> lock(shutdown_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -156,7 +165,20 @@ EngineStatus Engine::status() const {
 }
 
 std::string Engine::prometheus_metrics() const {
-  return metrics_.render_prometheus(model_name());
+  std::string out = metrics_.render_prometheus(model_name());
+  // Where the engine thread's time goes: step - forward - sample is the scheduler's overhead.
+  const SchedulerStats s = status().scheduler;
+  const std::string labels = fmt::format("model_name=\"{}\"", model_name());
+  for (const auto& [name, help, value] : {
+           std::tuple{"engine_step_seconds_total", "Engine thread time in scheduler steps",
+                      s.step_seconds},
+           std::tuple{"forward_seconds_total", "Time in the model forward", s.forward_seconds},
+           std::tuple{"sample_seconds_total", "Time sampling tokens", s.sample_seconds},
+       }) {
+    out += fmt::format("# HELP kvserve:{} {}.\n# TYPE kvserve:{} counter\nkvserve:{}{{{}}} {}\n",
+                       name, help, name, name, labels, value);
+  }
+  return out;
 }
 
 void Engine::loop() {
@@ -198,8 +220,8 @@ void Engine::loop() {
       snapshot = status_;
     }
     snapshot.scheduler = scheduler_->stats();
-    if (!worked && scheduler_->idle() && options_.check_invariants_when_idle &&
-        !checked_since_work) {
+    // Idle right after the last step (or at startup): check the memory invariants once.
+    if (scheduler_->idle() && options_.check_invariants_when_idle && !checked_since_work) {
       checked_since_work = true;
       ++snapshot.invariant_checks;
       if (Status s = scheduler_->check_idle_invariants(); !s.is_ok()) {

@@ -52,7 +52,11 @@ struct EngineStatus {
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
-  ~Engine();  // stops the engine thread; aborts what is left
+  ~Engine();  // shutdown()
+
+  // Stops the engine thread: every request in flight or queued ends with finish reason abort
+  // ("server shutting down") and later submits fail with kUnavailable. Idempotent, any thread.
+  void shutdown();
 
   // kInvalidArgument (empty input, ids outside the vocabulary, prompt over the context unless
   // allow_auto_truncate, prompt that can never fit the KV cache, bad sampling parameters).
@@ -105,6 +109,7 @@ class Engine {
   bool stopping_ = false;
   std::atomic<uint64_t> next_id_{1};
   EngineStatus status_;  // under mu_, refreshed by the engine thread
+  std::mutex shutdown_mu_;
   std::thread thread_;
 };
 

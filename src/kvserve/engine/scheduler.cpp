@@ -161,7 +161,7 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
   model::ForwardBatch fb = model::make_forward_batch(
       model::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
-  runner_.forward(fb, logits_);
+  timed_forward(fb);
   const int32_t vocab = runner_.config().vocab_size;
   auto row = [&](int32_t k) {
     return std::span<const float>(logits_).subspan(size_t(k) * vocab, vocab);
@@ -267,7 +267,7 @@ void Scheduler::run_decode() {
     fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
   model::ForwardBatch fb = model::make_forward_batch(
       model::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
-  runner_.forward(fb, logits_);
+  timed_forward(fb);
   const int32_t vocab = runner_.config().vocab_size;
   const std::vector<Req*> batch = running_;
   runner_.allocator().free_group_begin();
@@ -281,9 +281,17 @@ void Scheduler::run_decode() {
 
 // --- results -------------------------------------------------------------------------------
 
+void Scheduler::timed_forward(model::ForwardBatch& batch) {
+  const Clock::time_point start = Clock::now();
+  runner_.forward(batch, logits_);
+  time_.forward_seconds += seconds(Clock::now() - start);
+}
+
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
+  const Clock::time_point start = Clock::now();
   const SampledToken t =
       sample(logits, r.sampling, r.origin_input_ids, r.output_ids, r.seed, r.output_len());
+  time_.sample_seconds += seconds(Clock::now() - start);
   r.output_ids.push_back(t.token);
   const Clock::time_point now = Clock::now();
   if (metrics_) {
@@ -390,13 +398,24 @@ void Scheduler::abort_all(const std::string& why) {
 }
 
 bool Scheduler::step() {
+  const Clock::time_point start = Clock::now();
+  const double forward0 = time_.forward_seconds, sample0 = time_.sample_seconds;
   const std::vector<Req*> batch = get_new_batch_prefill();
+  bool decode = false;
   if (!batch.empty()) {
     run_extend(batch);
   } else if (!running_.empty()) {
     run_decode();
+    decode = true;
   } else {
     return false;
+  }
+  const double took = seconds(Clock::now() - start);
+  time_.step_seconds += took;
+  if (decode) {
+    time_.decode_step_seconds += took;
+    time_.decode_forward_seconds += time_.forward_seconds - forward0;
+    time_.decode_sample_seconds += time_.sample_seconds - sample0;
   }
   if (metrics_) {
     const SchedulerStats s = stats();
@@ -427,6 +446,12 @@ SchedulerStats Scheduler::stats() const {
   s.retractions = retractions_;
   s.prefill_batches = prefill_batches_;
   s.decode_steps = decode_steps_;
+  s.step_seconds = time_.step_seconds;
+  s.forward_seconds = time_.forward_seconds;
+  s.sample_seconds = time_.sample_seconds;
+  s.decode_step_seconds = time_.decode_step_seconds;
+  s.decode_forward_seconds = time_.decode_forward_seconds;
+  s.decode_sample_seconds = time_.decode_sample_seconds;
   return s;
 }
 

@@ -51,6 +51,16 @@ struct SchedulerStats {
   int64_t retractions = 0;
   int64_t prefill_batches = 0;
   int64_t decode_steps = 0;
+  // Where the engine thread's time goes (seconds, cumulative): whole steps (batch selection,
+  // memory, forward, sampling, stop checks, streaming out), the model forward, and sampling.
+  // step - forward - sample is the scheduler's own overhead.
+  double step_seconds = 0;
+  double forward_seconds = 0;
+  double sample_seconds = 0;
+  // The same for decode steps only (the steady state of a serving run).
+  double decode_step_seconds = 0;
+  double decode_forward_seconds = 0;
+  double decode_sample_seconds = 0;
 };
 
 class Scheduler {
@@ -80,6 +90,7 @@ class Scheduler {
   bool ensure_decode_memory();
   void retract(Req* r);
   void init_next_round_input(Req& r);
+  void timed_forward(model::ForwardBatch& batch);  // runner_.forward into logits_, timed
   void accept_token(Req& r, std::span<const float> logits);
   void check_finished(Req& r);
   void emit(Req& r, StreamEvent event);
@@ -106,6 +117,7 @@ class Scheduler {
   int64_t retractions_ = 0;
   int64_t prefill_batches_ = 0;
   int64_t decode_steps_ = 0;
+  SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
 };
 

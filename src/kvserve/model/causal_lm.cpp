@@ -121,8 +121,9 @@ CausalLM::CausalLM(const ModelConfig& config, platform::Platform& platform)
 
 CausalLM::~CausalLM() = default;
 
-Result<std::unique_ptr<CausalLM>> CausalLM::load(const ModelConfig& c, const WeightStore& weights,
-                                                 platform::Platform& platform) {
+Result<std::unique_ptr<CausalLM>> CausalLM::load(
+    const ModelConfig& c, const WeightStore& weights, platform::Platform& platform,
+    const std::function<void(int64_t done, int64_t total)>& on_layer) {
   if (!platform.device().is_cpu()) {
     return make_status(StatusCode::kUnimplemented,
                        "the model runtime runs on the CPU platform only so far (asked for {})",
@@ -140,6 +141,8 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(const ModelConfig& c, const Wei
   if (!c.tie_word_embeddings) {
     KV_ASSIGN_OR_RETURN(m->lm_head_, loader.load("lm_head.weight", {c.vocab_size, h}));
   }
+  const int64_t steps = c.num_hidden_layers + 1;
+  if (on_layer) on_layer(1, steps);
   m->layers_.resize(c.num_hidden_layers);
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer& l = m->layers_[i];
@@ -162,6 +165,7 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(const ModelConfig& c, const Wei
     KV_ASSIGN_OR_RETURN(l.input_layernorm, loader.load(p + "input_layernorm.weight", {h}));
     KV_ASSIGN_OR_RETURN(l.post_attention_layernorm,
                         loader.load(p + "post_attention_layernorm.weight", {h}));
+    if (on_layer) on_layer(i + 2, steps);
   }
   m->inv_freq_ = rope_inv_freq(c.rope_theta, c.head_dim, c.rope_scaling);
   m->weight_bytes_ = loader.bytes();

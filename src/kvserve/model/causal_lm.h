@@ -5,6 +5,8 @@
 // the attention backend.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <vector>
 
@@ -19,9 +21,11 @@ class CausalLM {
  public:
   // kNotFound for a missing tensor, kInvalidArgument for a shape mismatch (naming the tensor,
   // its file, and the expected and actual shapes), kOutOfMemory when the platform cannot hold it.
-  static Result<std::unique_ptr<CausalLM>> load(const ModelConfig& config,
-                                                const WeightStore& weights,
-                                                platform::Platform& platform);
+  // `on_layer(done, total)` is called after the embeddings and after each layer (total = layers
+  // + 1), for a progress bar.
+  static Result<std::unique_ptr<CausalLM>> load(
+      const ModelConfig& config, const WeightStore& weights, platform::Platform& platform,
+      const std::function<void(int64_t done, int64_t total)>& on_layer = {});
   ~CausalLM();
 
   const ModelConfig& config() const { return config_; }

@@ -1,5 +1,9 @@
 #include "kvserve/model/model_runner.h"
 
+#include <optional>
+
+#include "kvserve/core/progress.h"
+
 #include <fmt/format.h>
 
 #include "kvserve/mem/common.h"
@@ -36,7 +40,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
   KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
   KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(model_dir));
-  KV_ASSIGN_OR_RETURN(r->model_, CausalLM::load(config, *weights, *r->platform_));
+  {
+    std::optional<ProgressBar> bar;
+    std::function<void(int64_t, int64_t)> on_layer;
+    if (o.show_progress) {
+      on_layer = [&](int64_t done, int64_t total) {
+        if (!bar) bar.emplace("Loading weights", total, "layers");
+        bar->update(done);
+      };
+    }
+    KV_ASSIGN_OR_RETURN(r->model_, CausalLM::load(config, *weights, *r->platform_, on_layer));
+  }
 
   const std::string backend_name = o.attention_backend.empty()
                                        ? attention::default_attention_backend(device)

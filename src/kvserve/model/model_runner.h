@@ -27,6 +27,7 @@ struct ModelRunnerOptions {
   double mem_fraction_static = 0;       // 0: the device's default (CPU: 0.25, at most 4 GiB)
   int32_t max_running_requests = 0;     // 0: the device's default (CPU: 64)
   int64_t context_length = 0;           // 0: the config's max_position_embeddings
+  bool show_progress = false;           // a progress bar on stderr while weights load
 };
 
 class ModelRunner {

@@ -237,7 +237,16 @@ void HttpServer::install_routes() {
                     {"cache_hit_rate", st.metrics.cache_hit_rate()},
                     {"invariant_checks", st.invariant_checks},
                     {"invariant_violations", st.invariant_violations},
-                    {"last_invariant_violation", st.last_violation}});
+                    {"last_invariant_violation", st.last_violation},
+                    {"engine_time",
+                     {{"prefill_batches", st.scheduler.prefill_batches},
+                      {"decode_steps", st.scheduler.decode_steps},
+                      {"step_seconds", st.scheduler.step_seconds},
+                      {"forward_seconds", st.scheduler.forward_seconds},
+                      {"sample_seconds", st.scheduler.sample_seconds},
+                      {"decode_step_seconds", st.scheduler.decode_step_seconds},
+                      {"decode_forward_seconds", st.scheduler.decode_forward_seconds},
+                      {"decode_sample_seconds", st.scheduler.decode_sample_seconds}}}});
   };
   s.Get("/get_server_info", server_info);
   s.Get("/server_info", server_info);

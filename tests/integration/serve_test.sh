@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# kvserve serve as a user runs it: the real binary on a tiny checkpoint, driven by curl and by the
+# official OpenAI Node SDK (tests/integration/openai_node), then stopped with SIGTERM while a
+# stream is in flight. Usage: serve_test.sh KVSERVE_BINARY
+set -euo pipefail
+
+kvserve=$1
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -9 "$server_pid"; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- server log ---" >&2
+  cat "$work/server.log" >&2 || true
+  exit 1
+}
+
+for tool in curl jq node; do
+  command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/install-deps.sh installs it)"
+done
+[ -d "$here/openai_node/node_modules/openai" ] ||
+  fail "the OpenAI SDK is not installed: run 'npm ci' in $here/openai_node (scripts/test.sh does)"
+
+"$kvserve" make-model --preset tiny --output "$work/tiny" --seed 5 >/dev/null
+key=sk-kvserve-test
+"$kvserve" serve --model-path "$work/tiny" --port 0 --api-key "$key" --max-total-tokens 8192 \
+  --page-size 16 >"$work/server.log" 2>&1 &
+server_pid=$!
+
+port=
+for _ in $(seq 1 600); do
+  port=$(sed -n 's|.*ready to roll! http://[^:]*:\([0-9]*\).*|\1|p' "$work/server.log")
+  [ -n "$port" ] && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server exited during startup"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "the server did not start within 60 s"
+base=http://127.0.0.1:$port
+auth=(-H "Authorization: Bearer $key")
+echo "server on $base (pid $server_pid)"
+
+# The startup log says what SGLang's says: KV cache size and dtype, request limits.
+grep -q "max_total_num_tokens=8192" "$work/server.log" || fail "startup log lacks max_total_num_tokens"
+grep -q "KV cache" "$work/server.log" || fail "startup log lacks the KV cache line"
+
+# --- curl ---------------------------------------------------------------------------------------
+# status CODE METHOD PATH [curl args...]: the HTTP status must be CODE; the body is in $work/body.
+status() {
+  local want=$1 method=$2 path=$3
+  shift 3
+  local got
+  got=$(curl -sS -o "$work/body" -w '%{http_code}' -X "$method" "$@" "$base$path")
+  [ "$got" = "$want" ] || fail "$method $path: HTTP $got, expected $want: $(cat "$work/body")"
+}
+
+status 200 GET /health
+status 401 GET /v1/models
+jq -e '.error.code == 401 and (.error.message | length > 0)' "$work/body" >/dev/null ||
+  fail "401 body is not an OpenAI error: $(cat "$work/body")"
+status 200 GET /v1/models "${auth[@]}"
+jq -e '.data[0].id == "tiny"' "$work/body" >/dev/null || fail "/v1/models: $(cat "$work/body")"
+
+gen='{"text": "Hello world", "sampling_params": {"max_new_tokens": 10, "temperature": 0, "ignore_eos": true}}'
+status 200 POST /generate "${auth[@]}" -H 'Content-Type: application/json' -d "$gen"
+jq -e '.meta_info.completion_tokens == 10 and .meta_info.finish_reason.type == "length"' \
+  "$work/body" >/dev/null || fail "/generate: $(cat "$work/body")"
+text=$(jq -r .text "$work/body")
+
+# Streaming /generate: SSE events whose last text equals the non-streaming text.
+streamed=$(curl -sS -N "${auth[@]}" -H 'Content-Type: application/json' \
+  -d "$(jq -c '. + {stream: true}' <<<"$gen")" "$base/generate")
+[ "$(grep -c '^data: ' <<<"$streamed")" -ge 3 ] || fail "streaming /generate: $streamed"
+[ "$(grep '^data: ' <<<"$streamed" | tail -1)" = "data: [DONE]" ] || fail "no [DONE]: $streamed"
+last_text=$(grep '^data: {' <<<"$streamed" | tail -1 | sed 's/^data: //' | jq -r .text)
+[ "$last_text" = "$text" ] || fail "streamed text '$last_text' != '$text'"
+
+completion='{"model": "tiny", "prompt": "Hello world", "max_tokens": 10, "temperature": 0, "ignore_eos": true}'
+status 200 POST /v1/completions "${auth[@]}" -H 'Content-Type: application/json' -d "$completion"
+jq -e --arg t "$text" '.choices[0].text == $t and .usage.completion_tokens == 10' "$work/body" \
+  >/dev/null || fail "/v1/completions disagrees with /generate: $(cat "$work/body")"
+
+status 400 POST /v1/completions "${auth[@]}" -H 'Content-Type: application/json' -d '{"prompt": '
+jq -e '.error.type == "BadRequestError"' "$work/body" >/dev/null || fail "bad JSON: $(cat "$work/body")"
+status 400 POST /v1/chat/completions "${auth[@]}" -H 'Content-Type: application/json' \
+  -d '{"model": "tiny", "messages": [], "max_tokens": 4}'
+status 200 GET /metrics "${auth[@]}"
+grep -q '^kvserve:generation_tokens_total' "$work/body" || fail "/metrics lacks token counters"
+echo "curl checks passed"
+
+# --- the OpenAI Node SDK -------------------------------------------------------------------------
+KVSERVE_BASE_URL=$base KVSERVE_API_KEY=$key KVSERVE_MODEL=tiny \
+  node --test "$here/openai_node/sdk.test.mjs" || fail "OpenAI Node SDK tests failed"
+
+# --- graceful shutdown --------------------------------------------------------------------------
+# A long stream is in flight when SIGTERM arrives: the server stops within seconds, exits 0, and
+# the stream ends (aborted) rather than hanging.
+curl -sS -N "${auth[@]}" -H 'Content-Type: application/json' \
+  -d '{"text": "long", "stream": true, "sampling_params": {"max_new_tokens": 1900, "ignore_eos": true}}' \
+  "$base/generate" >"$work/stream" 2>&1 &
+curl_pid=$!
+for _ in $(seq 1 100); do
+  grep -q '^data: {' "$work/stream" && break
+  sleep 0.05
+done
+grep -q '^data: {' "$work/stream" || fail "the long stream did not start"
+kill -TERM "$server_pid"
+for _ in $(seq 1 100); do
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$server_pid" 2>/dev/null && fail "the server is still running 10 s after SIGTERM"
+rc=0
+wait "$server_pid" || rc=$?
+server_pid=
+[ "$rc" = 0 ] || fail "the server exited with $rc after SIGTERM"
+grep -q "server stopped" "$work/server.log" || fail "no 'server stopped' in the log"
+wait "$curl_pid" || true  # the stream was cut; it must simply end
+echo "graceful shutdown passed"
