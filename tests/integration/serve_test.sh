@@ -61,7 +61,7 @@ status() {
 
 status 200 GET /health
 status 401 GET /v1/models
-jq -e '.error.code == 401 and (.error.message | length > 0)' "$work/body" >/dev/null ||
+jq -e '.error.code == "invalid_api_key" and .error.type == "invalid_request_error" and (.error.message | length > 0)' "$work/body" >/dev/null ||
   fail "401 body is not an OpenAI error: $(cat "$work/body")"
 status 200 GET /v1/models "${auth[@]}"
 jq -e '.data[0].id == "tiny"' "$work/body" >/dev/null || fail "/v1/models: $(cat "$work/body")"
@@ -86,7 +86,7 @@ jq -e --arg t "$text" '.choices[0].text == $t and .usage.completion_tokens == 10
   >/dev/null || fail "/v1/completions disagrees with /generate: $(cat "$work/body")"
 
 status 400 POST /v1/completions "${auth[@]}" -H 'Content-Type: application/json' -d '{"prompt": '
-jq -e '.error.type == "BadRequestError"' "$work/body" >/dev/null || fail "bad JSON: $(cat "$work/body")"
+jq -e '.error.type == "invalid_request_error" and .error.code == 400' "$work/body" >/dev/null || fail "bad JSON: $(cat "$work/body")"
 status 400 POST /v1/chat/completions "${auth[@]}" -H 'Content-Type: application/json' \
   -d '{"model": "tiny", "messages": [], "max_tokens": 4}'
 status 200 GET /metrics "${auth[@]}"
@@ -121,4 +121,13 @@ server_pid=
 [ "$rc" = 0 ] || fail "the server exited with $rc after SIGTERM"
 grep -q "server stopped" "$work/server.log" || fail "no 'server stopped' in the log"
 wait "$curl_pid" || true  # the stream was cut; it must simply end
+# Cut short by the shutdown, the stream still ends properly: its last event says abort, then [DONE].
+last=$(grep '^data: {' "$work/stream" | tail -1 | sed 's/^data: //')
+reason=$(jq -r '.meta_info.finish_reason.type' <<<"$last")
+tokens=$(jq -r '.meta_info.completion_tokens' <<<"$last")
+echo "in-flight stream at SIGTERM: $tokens tokens, finish_reason $reason"
+if [ "$tokens" -lt 1900 ]; then
+  [ "$reason" = abort ] || fail "a stream cut by shutdown ended with finish_reason $reason"
+  grep -q '^data: \[DONE\]' "$work/stream" || fail "a stream cut by shutdown did not end with [DONE]"
+fi
 echo "graceful shutdown passed"
