@@ -164,6 +164,42 @@ TEST(Server, GenerateStreamingMatchesNonStreaming) {
   }
 }
 
+// Streamed /generate events without logprobs take a direct rendering path: each event must be
+// the same object native_item makes (cumulative text and ids, meta_info), plus "index".
+TEST(Server, GenerateStreamEventsHaveTheNonStreamingShape) {
+  TestServer s;
+  const json body = {
+      {"text", "Streaming, \"quoted\" and \u00e9\n"},
+      {"sampling_params", {{"max_new_tokens", 9}, {"temperature", 0}, {"ignore_eos", true}}}};
+  const auto [st, full] = s.post("/generate", body);
+  ASSERT_EQ(st, 200) << full.dump();
+  json stream_body = body;
+  stream_body["stream"] = true;
+  auto res = s.client()->Post("/generate", stream_body.dump(), "application/json");
+  ASSERT_EQ(res->status, 200);
+  bool done = false;
+  const auto events = sse_events(res->body, &done);
+  ASSERT_TRUE(done);
+  ASSERT_FALSE(events.empty());
+  size_t ids = 0;
+  for (const json& e : events) {
+    EXPECT_EQ(e["index"], 0);
+    EXPECT_GE(e["output_ids"].size(), ids);  // cumulative
+    ids = e["output_ids"].size();
+    EXPECT_EQ(e["meta_info"]["completion_tokens"], ids);
+    EXPECT_EQ(e["meta_info"]["prompt_tokens"], full["meta_info"]["prompt_tokens"]);
+    EXPECT_TRUE(e["meta_info"]["e2e_latency"].is_number());
+    EXPECT_TRUE(e["meta_info"]["id"].is_string());
+  }
+  const json& last = events.back();
+  EXPECT_EQ(last["text"], full["text"]);
+  EXPECT_EQ(last["output_ids"], full["output_ids"]);
+  EXPECT_EQ(last["meta_info"]["finish_reason"], full["meta_info"]["finish_reason"]);
+  EXPECT_EQ(last["meta_info"]["cached_tokens"].type(), json::value_t::number_unsigned);
+  for (size_t i = 0; i + 1 < events.size(); ++i)
+    EXPECT_TRUE(events[i]["meta_info"]["finish_reason"].is_null());
+}
+
 TEST(Server, ConcurrentGreedyRequestsMatchEachAlone) {
   TestServer s;
   const auto ps = prompts(64, 5, 120, 11);
@@ -251,6 +287,10 @@ TEST(Server, RetractionUnderATinyPoolKeepsOutputsCorrect) {
   o.runner.max_total_tokens = 400;  // far less than 16 x (prompt + 48)
   o.runner.page_size = 16;
   o.scheduler.chunked_prefill_size = 64;
+  // Reserve almost nothing for the decodes of running requests (SGLang's
+  // --schedule-conservativeness), so admission overcommits and decode must retract, however the
+  // requests' arrivals interleave with the engine's steps.
+  o.scheduler.schedule_conservativeness = 0.05;
   TestServer s(o);
   std::vector<std::future<std::vector<int32_t>>> futures;
   for (const auto& p : ps) {

@@ -3,11 +3,13 @@
 // characters, and a rough throughput print (no timing assertions).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -463,6 +465,53 @@ TEST(IncrementalDetokenizer, FinishFlushesAnIncompleteCharacter) {
   out += detok.push(*tok->token_to_id("<0xE4>"));  // first byte of a 3-byte character
   EXPECT_EQ(out, "Hello");
   EXPECT_EQ(detok.finish(), kReplacementChar);
+}
+
+// A model that emits invalid UTF-8 (random weights do) must not make the window, and the cost of
+// each push, grow with the output: pending tokens stay bounded, valid text in between streams
+// exactly, and the total equals a one-shot decode.
+TEST(IncrementalDetokenizer, InvalidBytesDoNotGrowTheWindow) {
+  auto tok = load_fixture("sp_llama");
+  const uint64_t seed = 20261130;
+  std::cout << "[ seed     ] " << seed << std::endl;
+  std::mt19937_64 rng(seed);
+  const std::vector<std::string> bytes = {"<0xFF>", "<0xE4>", "<0x80>", "<0xC3>", "<0xF0>"};
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 400; ++i) {
+    if (rng() % 3 == 0) {
+      for (const int32_t id : tok->encode(i % 2 ? " word" : " 中", false))
+        ids.push_back(id);
+    } else {
+      ids.push_back(*tok->token_to_id(bytes[rng() % bytes.size()]));
+    }
+  }
+  IncrementalDetokenizer detok(*tok);
+  std::string streamed;
+  size_t max_pending = 0;
+  for (const int32_t id : ids) {
+    streamed += detok.push(id);
+    max_pending = std::max(max_pending, detok.pending_tokens());
+  }
+  streamed += detok.finish();
+  EXPECT_LE(max_pending, IncrementalDetokenizer::kMaxPendingTokens);
+  EXPECT_TRUE(is_valid_utf8(streamed));
+  // Every valid piece arrives intact, in order.
+  const std::string whole = tok->decode(ids, true);
+  size_t words = 0, pos = 0;
+  while ((pos = streamed.find("word", pos)) != std::string::npos) {
+    ++words;
+    pos += 4;
+  }
+  size_t words_whole = 0;
+  pos = 0;
+  while ((pos = whole.find("word", pos)) != std::string::npos) {
+    ++words_whole;
+    pos += 4;
+  }
+  EXPECT_EQ(words, words_whole);
+  EXPECT_EQ(streamed, whole);
+  EXPECT_EQ(std::count(streamed.begin(), streamed.end(), '\xe4'),
+            std::count(whole.begin(), whole.end(), '\xe4'));  // every 中 (E4 B8 AD) intact
 }
 
 // --- Throughput (printed, not asserted) ------------------------------------------------------

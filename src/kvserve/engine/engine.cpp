@@ -1,5 +1,7 @@
 #include "kvserve/engine/engine.h"
 
+#include <pthread.h>
+
 #include <tuple>
 
 #include <fmt/format.h>
@@ -13,9 +15,15 @@
 namespace kvserve::engine {
 namespace {
 
-std::string random_rid() {
+// Request ids and unseeded sampling seeds: one generator per submitting thread, seeded once
+// (std::random_device per request costs a syscall on the hot path).
+std::mt19937_64& thread_rng() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{:016x}{:016x}", rng(), rng());
+  return rng;
+}
+
+std::string random_rid() {
+  return fmt::format("{:016x}{:016x}", thread_rng()(), thread_rng()());
 }
 
 }  // namespace
@@ -67,6 +75,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       r.summary(), so.chunked_prefill_size, so.max_prefill_tokens, schedule_policy_name(policy),
       options.disable_radix_cache ? "chunk" : "radix");
   e->status_.scheduler = e->scheduler_->stats();  // /get_server_info is right before any step
+  e->dispatcher_ = std::make_unique<StreamDispatcher>();
   e->thread_ = std::thread([raw = e.get()] { raw->loop(); });
   return e;
 }
@@ -121,7 +130,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
   req->rid = request.rid;
   req->origin_input_ids = request.input_ids;
   req->sampling = sp;
-  req->seed = sp.seed.value_or(std::random_device{}() ^ (req->id << 32));
+  req->seed = sp.seed.value_or(thread_rng()());
   req->stop_strings = request.stop;
   req->logprob_start_len = sp.return_logprob && request.logprob_start_len >= 0
                                ? std::min<int32_t>(request.logprob_start_len, req->input_len() - 1)
@@ -182,6 +191,7 @@ std::string Engine::prometheus_metrics() const {
 }
 
 void Engine::loop() {
+  pthread_setname_np(pthread_self(), "kvserve-engine");  // for top -H, perf and gdb
   bool checked_since_work = false;
   while (true) {
     std::deque<Command> commands;
@@ -212,6 +222,7 @@ void Engine::loop() {
       }
     }
     const bool worked = scheduler_->step();
+    dispatcher_->submit(scheduler_->take_outputs());  // one hand-off per step
     if (worked) checked_since_work = false;
     EngineStatus snapshot;
     bool violation = false;
@@ -254,6 +265,8 @@ void Engine::loop() {
     if (c.kind == Command::kFlush) c.done->set_value(unavailable("server shutting down"));
   }
   scheduler_->abort_all("server shutting down");
+  dispatcher_->submit(scheduler_->take_outputs());
+  dispatcher_.reset();  // delivers the final events, then stops
 }
 
 }  // namespace kvserve::engine

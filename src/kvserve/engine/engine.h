@@ -90,6 +90,7 @@ class Engine {
   std::unique_ptr<model::ModelRunner> runner_;
   std::unique_ptr<mem::PrefixCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<StreamDispatcher> dispatcher_;  // engine thread -> request streams
   Metrics metrics_;
   int32_t context_len_ = 0;
   int64_t max_total_tokens_ = 0;

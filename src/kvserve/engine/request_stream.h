@@ -65,6 +65,16 @@ class RequestStream {
     return true;
   }
 
+  // Waits up to `timeout` for events, then takes every event queued (in order) into `out`
+  // (cleared first); false on timeout. One lock and one wake-up however far the reader lags.
+  bool pop_all(std::deque<StreamEvent>& out, std::chrono::milliseconds timeout) {
+    out.clear();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+    out.swap(events_);
+    return true;
+  }
+
  private:
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,5 +1,7 @@
 #include "kvserve/engine/scheduler.h"
 
+#include <ctime>
+
 #include <algorithm>
 #include <cmath>
 
@@ -21,6 +23,13 @@ constexpr int64_t kRetractDecodeSteps = 20;
 
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
+}
+
+// CPU time of the calling thread: what the engine thread itself spent, not time it waited.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -283,8 +292,10 @@ void Scheduler::run_decode() {
 
 void Scheduler::timed_forward(model::ForwardBatch& batch) {
   const Clock::time_point start = Clock::now();
+  const double cpu_start = thread_cpu_seconds();
   runner_.forward(batch, logits_);
   time_.forward_seconds += seconds(Clock::now() - start);
+  time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
 }
 
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
@@ -355,7 +366,13 @@ void Scheduler::emit(Req& r, StreamEvent e) {
   e.cached_tokens = r.cached_tokens;
   e.finished = r.finished();
   e.finish = r.finish;
-  if (r.stream) r.stream->push(std::move(e));
+  if (r.stream) outbox_.emplace_back(r.stream, std::move(e));
+}
+
+StreamOutputs Scheduler::take_outputs() {
+  StreamOutputs out;
+  out.swap(outbox_);
+  return out;
 }
 
 void Scheduler::finish_and_release(Req& r) {
@@ -399,7 +416,9 @@ void Scheduler::abort_all(const std::string& why) {
 
 bool Scheduler::step() {
   const Clock::time_point start = Clock::now();
+  const double cpu_start = thread_cpu_seconds();
   const double forward0 = time_.forward_seconds, sample0 = time_.sample_seconds;
+  const double forward_cpu0 = time_.forward_cpu_seconds;
   const std::vector<Req*> batch = get_new_batch_prefill();
   bool decode = false;
   if (!batch.empty()) {
@@ -411,11 +430,15 @@ bool Scheduler::step() {
     return false;
   }
   const double took = seconds(Clock::now() - start);
+  const double cpu = thread_cpu_seconds() - cpu_start;
   time_.step_seconds += took;
+  time_.step_cpu_seconds += cpu;
   if (decode) {
     time_.decode_step_seconds += took;
     time_.decode_forward_seconds += time_.forward_seconds - forward0;
     time_.decode_sample_seconds += time_.sample_seconds - sample0;
+    time_.decode_scheduler_cpu_seconds +=
+        cpu - (time_.forward_cpu_seconds - forward_cpu0) - (time_.sample_seconds - sample0);
   }
   if (metrics_) {
     const SchedulerStats s = stats();
@@ -452,6 +475,9 @@ SchedulerStats Scheduler::stats() const {
   s.decode_step_seconds = time_.decode_step_seconds;
   s.decode_forward_seconds = time_.decode_forward_seconds;
   s.decode_sample_seconds = time_.decode_sample_seconds;
+  s.step_cpu_seconds = time_.step_cpu_seconds;
+  s.forward_cpu_seconds = time_.forward_cpu_seconds;
+  s.decode_scheduler_cpu_seconds = time_.decode_scheduler_cpu_seconds;
   return s;
 }
 

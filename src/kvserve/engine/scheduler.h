@@ -25,6 +25,7 @@
 #include "kvserve/engine/metrics.h"
 #include "kvserve/engine/req.h"
 #include "kvserve/engine/schedule_policy.h"
+#include "kvserve/engine/stream_dispatcher.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/tokenizer/tokenizer.h"
@@ -61,6 +62,11 @@ struct SchedulerStats {
   double decode_step_seconds = 0;
   double decode_forward_seconds = 0;
   double decode_sample_seconds = 0;
+  // CPU time of the engine thread (excludes time it was descheduled): whole steps, the forward
+  // (this thread's share), and decode steps minus forward and sampling (the scheduler's own work).
+  double step_cpu_seconds = 0;
+  double forward_cpu_seconds = 0;
+  double decode_scheduler_cpu_seconds = 0;
 };
 
 class Scheduler {
@@ -82,6 +88,9 @@ class Scheduler {
   Status check_idle_invariants() const;
   SchedulerStats stats() const;
   mem::PrefixCache& cache() { return cache_; }
+  // The stream events produced since the last call (by steps and aborts), in order; the engine
+  // hands them to its StreamDispatcher once per step.
+  StreamOutputs take_outputs();
 
  private:
   std::vector<Req*> get_new_batch_prefill();
@@ -119,6 +128,7 @@ class Scheduler {
   int64_t decode_steps_ = 0;
   SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
+  StreamOutputs outbox_;
 };
 
 }  // namespace kvserve::engine

@@ -38,15 +38,13 @@ void stream_job(
       "text/event-stream",
       [job, on_event, finish](size_t, httplib::DataSink& sink) {
         while (!job->all_done()) {
-          if (!sink.is_writable()) {
-            job->abort();
-            return false;
-          }
           std::string out;
           job->poll(kPoll, [&](size_t i, const std::string& delta, const engine::StreamEvent& e) {
             out += on_event(i, delta, e);
           });
-          if (!out.empty() && !sink.write(out.data(), out.size())) {
+          // A write to a closed connection fails; with nothing to write, ask the socket (a
+          // syscall, so only when idle).
+          if (out.empty() ? !sink.is_writable() : !sink.write(out.data(), out.size())) {
             job->abort();
             return false;
           }
@@ -215,38 +213,42 @@ void HttpServer::install_routes() {
   auto server_info = [this](const httplib::Request&, httplib::Response& res) {
     const engine::EngineStatus st = engine_.status();
     const engine::EngineOptions& o = engine_.options();
-    send_json(res, {{"version", kVersion},
-                    {"model_path", o.model_path.string()},
-                    {"served_model_name", model_name_},
-                    {"device", o.runner.device},
-                    {"context_length", engine_.context_len()},
-                    {"max_total_num_tokens", engine_.max_total_tokens()},
-                    {"max_running_requests", engine_.max_running_requests()},
-                    {"page_size", o.runner.page_size},
-                    {"chunked_prefill_size", o.scheduler.chunked_prefill_size},
-                    {"max_prefill_tokens", o.scheduler.max_prefill_tokens},
-                    {"schedule_policy", o.schedule_policy},
-                    {"disable_radix_cache", o.disable_radix_cache},
-                    {"num_running_reqs", st.scheduler.running},
-                    {"num_waiting_reqs", st.scheduler.waiting},
-                    {"available_tokens", st.scheduler.available_tokens},
-                    {"evictable_tokens", st.scheduler.evictable_tokens},
-                    {"used_tokens", st.scheduler.used_tokens},
-                    {"new_token_ratio", st.scheduler.new_token_ratio},
-                    {"num_retractions", st.scheduler.retractions},
-                    {"cache_hit_rate", st.metrics.cache_hit_rate()},
-                    {"invariant_checks", st.invariant_checks},
-                    {"invariant_violations", st.invariant_violations},
-                    {"last_invariant_violation", st.last_violation},
-                    {"engine_time",
-                     {{"prefill_batches", st.scheduler.prefill_batches},
-                      {"decode_steps", st.scheduler.decode_steps},
-                      {"step_seconds", st.scheduler.step_seconds},
-                      {"forward_seconds", st.scheduler.forward_seconds},
-                      {"sample_seconds", st.scheduler.sample_seconds},
-                      {"decode_step_seconds", st.scheduler.decode_step_seconds},
-                      {"decode_forward_seconds", st.scheduler.decode_forward_seconds},
-                      {"decode_sample_seconds", st.scheduler.decode_sample_seconds}}}});
+    send_json(res,
+              {{"version", kVersion},
+               {"model_path", o.model_path.string()},
+               {"served_model_name", model_name_},
+               {"device", o.runner.device},
+               {"context_length", engine_.context_len()},
+               {"max_total_num_tokens", engine_.max_total_tokens()},
+               {"max_running_requests", engine_.max_running_requests()},
+               {"page_size", o.runner.page_size},
+               {"chunked_prefill_size", o.scheduler.chunked_prefill_size},
+               {"max_prefill_tokens", o.scheduler.max_prefill_tokens},
+               {"schedule_policy", o.schedule_policy},
+               {"disable_radix_cache", o.disable_radix_cache},
+               {"num_running_reqs", st.scheduler.running},
+               {"num_waiting_reqs", st.scheduler.waiting},
+               {"available_tokens", st.scheduler.available_tokens},
+               {"evictable_tokens", st.scheduler.evictable_tokens},
+               {"used_tokens", st.scheduler.used_tokens},
+               {"new_token_ratio", st.scheduler.new_token_ratio},
+               {"num_retractions", st.scheduler.retractions},
+               {"cache_hit_rate", st.metrics.cache_hit_rate()},
+               {"invariant_checks", st.invariant_checks},
+               {"invariant_violations", st.invariant_violations},
+               {"last_invariant_violation", st.last_violation},
+               {"engine_time",
+                {{"prefill_batches", st.scheduler.prefill_batches},
+                 {"decode_steps", st.scheduler.decode_steps},
+                 {"step_seconds", st.scheduler.step_seconds},
+                 {"forward_seconds", st.scheduler.forward_seconds},
+                 {"sample_seconds", st.scheduler.sample_seconds},
+                 {"decode_step_seconds", st.scheduler.decode_step_seconds},
+                 {"decode_forward_seconds", st.scheduler.decode_forward_seconds},
+                 {"decode_sample_seconds", st.scheduler.decode_sample_seconds},
+                 {"step_cpu_seconds", st.scheduler.step_cpu_seconds},
+                 {"forward_cpu_seconds", st.scheduler.forward_cpu_seconds},
+                 {"decode_scheduler_cpu_seconds", st.scheduler.decode_scheduler_cpu_seconds}}}});
   };
   s.Get("/get_server_info", server_info);
   s.Get("/server_info", server_info);
@@ -273,10 +275,8 @@ void HttpServer::install_routes() {
     if (r.stream) {
       stream_job(
           res, job,
-          [job](size_t i, const std::string&, const engine::StreamEvent& e) {
-            ordered_json item = native_item(*job, job->choices()[i], e.finished);
-            item["index"] = i;
-            return sse(item);
+          [job](size_t i, const std::string&, const engine::StreamEvent&) {
+            return native_stream_event(*job, job->choices()[i], i);
           },
           [] { return std::string(kSseDone); });
     } else {

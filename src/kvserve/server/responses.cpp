@@ -1,6 +1,9 @@
 #include "kvserve/server/responses.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iterator>
 
 #include <random>
 
@@ -87,6 +90,31 @@ ordered_json native_item(const Job& job, const Choice& c, bool final) {
   }
   (void) final;
   return {{"text", o.text()}, {"output_ids", o.output_ids()}, {"meta_info", meta}};
+}
+
+std::string native_stream_event(const Job& job, const Choice& c, size_t index) {
+  const GenerationSpec& spec = job.specs()[c.spec];
+  if (spec.sampling.return_logprob) {
+    ordered_json item = native_item(job, c, false);
+    item["index"] = index;
+    return sse(item);
+  }
+  // The same object as native_item + index, written directly: this runs once per token per
+  // stream, and text and output_ids are cumulative (SGLang's format).
+  const OutputCollector& o = *c.output;
+  std::string out = "data: {\"text\":";
+  out += ordered_json(o.text()).dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  out += ",\"output_ids\":[";
+  fmt::format_to(std::back_inserter(out), "{}", fmt::join(o.output_ids(), ","));
+  out += "],\"meta_info\":{\"id\":";
+  out += ordered_json(c.rid).dump();
+  out += ",\"finish_reason\":";
+  out += native_finish_reason(o).dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  fmt::format_to(std::back_inserter(out),
+                 ",\"prompt_tokens\":{},\"completion_tokens\":{},\"cached_tokens\":{},"
+                 "\"e2e_latency\":{}}},\"index\":{}}}\n\n",
+                 o.prompt_tokens(), o.completion_tokens(), o.cached_tokens(), job.seconds(), index);
+  return out;
 }
 
 ordered_json usage(const Job& job) {

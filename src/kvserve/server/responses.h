@@ -19,6 +19,8 @@ ordered_json native_finish_reason(const OutputCollector& o);
 
 // /generate
 ordered_json native_item(const Job& job, const Choice& c, bool final);
+// One streamed /generate event ("data: {...}\n\n"): native_item plus "index".
+std::string native_stream_event(const Job& job, const Choice& c, size_t index);
 
 // /v1/completions
 ordered_json completion_response(const Job& job, const CompletionRequest& req,

@@ -61,6 +61,11 @@ class IncrementalDetokenizer {
   // Whatever is still held back (at end of stream), with incomplete UTF-8 replaced by U+FFFD.
   std::string finish();
 
+  // More tokens than a UTF-8 character has bytes: text still incomplete after this many pending
+  // tokens is invalid, and is emitted (with U+FFFD) instead of held back.
+  static constexpr size_t kMaxPendingTokens = 6;
+  size_t pending_tokens() const { return ids_.size() - read_offset_; }
+
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_tokens_;
