@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# The main job: installs the dependencies, builds kvserve and runs it (version, platforms and a
-# self-check of the KV memory system). Arguments go to kvserve.
+# The main job: installs the dependencies, builds kvserve and runs it. With no arguments it prints
+# the version and platforms and lets the shipped demo model (models/demo-lm, docs/demo-models.md)
+# answer two prompts; arguments go to kvserve instead (e.g. `scripts/run.sh serve --port 30000`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$(nproc)" --target kvserve_cli
-exec build/kvserve "$@"
+if [ $# -gt 0 ]; then
+  exec build/kvserve "$@"
+fi
+build/kvserve version
+exec build/kvserve generate --prompt "The secret of life is" --prompt "Computers are" \
+  --max-new-tokens 48 --seed 7

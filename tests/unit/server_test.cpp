@@ -4,6 +4,7 @@
 #include <future>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "unit/server_test_util.h"
 
@@ -40,6 +41,23 @@ std::vector<json> sse_events(const std::string& body, bool* done = nullptr) {
     out.push_back(json::parse(payload));
   }
   return out;
+}
+
+// POSTs `body` to /generate twice, as is and with "stream": true: the response, and the stream's
+// events (which must end with [DONE]).
+void generate_both_ways(const TestServer& s, const json& body, json& full,
+                        std::vector<json>& events) {
+  int status = 0;
+  std::tie(status, full) = s.post("/generate", body);
+  ASSERT_EQ(status, 200) << full.dump();
+  json stream_body = body;
+  stream_body["stream"] = true;
+  auto res = s.client()->Post("/generate", stream_body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  bool done = false;
+  events = sse_events(res->body, &done);
+  ASSERT_TRUE(done);
 }
 
 TEST(Server, InfoEndpoints) {
@@ -142,15 +160,9 @@ TEST(Server, GenerateStreamingMatchesNonStreaming) {
       {"return_logprob", true},
       {"logprob_start_len", 0},
       {"top_logprobs_num", 2}};
-  const auto [st, full] = s.post("/generate", body);
-  ASSERT_EQ(st, 200) << full.dump();
-  json stream_body = body;
-  stream_body["stream"] = true;
-  auto res = s.client()->Post("/generate", stream_body.dump(), "application/json");
-  ASSERT_EQ(res->status, 200);
-  bool done = false;
-  const auto events = sse_events(res->body, &done);
-  ASSERT_TRUE(done);
+  json full;
+  std::vector<json> events;
+  ASSERT_NO_FATAL_FAILURE(generate_both_ways(s, body, full, events));
   EXPECT_EQ(events.back()["text"], full["text"]);  // cumulative text
   EXPECT_EQ(events.back()["output_ids"], full["output_ids"]);
   const json& meta = full["meta_info"];
@@ -171,15 +183,9 @@ TEST(Server, GenerateStreamEventsHaveTheNonStreamingShape) {
   const json body = {
       {"text", "Streaming, \"quoted\" and \u00e9\n"},
       {"sampling_params", {{"max_new_tokens", 9}, {"temperature", 0}, {"ignore_eos", true}}}};
-  const auto [st, full] = s.post("/generate", body);
-  ASSERT_EQ(st, 200) << full.dump();
-  json stream_body = body;
-  stream_body["stream"] = true;
-  auto res = s.client()->Post("/generate", stream_body.dump(), "application/json");
-  ASSERT_EQ(res->status, 200);
-  bool done = false;
-  const auto events = sse_events(res->body, &done);
-  ASSERT_TRUE(done);
+  json full;
+  std::vector<json> events;
+  ASSERT_NO_FATAL_FAILURE(generate_both_ways(s, body, full, events));
   ASSERT_FALSE(events.empty());
   size_t ids = 0;
   for (const json& e : events) {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "kvserve/cli/commands.h"
+#include "kvserve/cli/default_model.h"
 #include "kvserve/engine/generate.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/radix_cache.h"
@@ -61,7 +62,8 @@ int fail(const Status& s) {
   return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
 }
 
-int run_generate(const GenerateOptions& o) {
+int run_generate(GenerateOptions o) {
+  if (!resolve_model_path(o.model_path, "generate")) return 2;
   if (o.prompts.empty() == o.input_ids.empty()) {
     return fail(invalid_argument("give either --prompt or --input-ids (one per request)"));
   }
@@ -151,7 +153,8 @@ int run_generate(const GenerateOptions& o) {
 Command add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Run prompts as one batch and print the output");
-  cmd->add_option("--model-path", o->model_path, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--model-path", o->model_path,
+                  "Hugging Face checkpoint directory (default: the demo model, models/demo-lm)");
   cmd->add_option("--prompt", o->prompts, "A prompt (repeat for a batch)");
   cmd->add_option("--input-ids", o->input_ids, "Token ids '1,2,3' (repeat for a batch)");
   cmd->add_option("--max-new-tokens", o->max_new_tokens)->capture_default_str();

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "kvserve/cli/commands.h"
+#include "kvserve/cli/default_model.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/engine.h"
 #include "kvserve/server/http_server.h"
@@ -19,6 +20,9 @@ struct ServeOptions {
 };
 
 int run_serve(ServeOptions o) {
+  std::string model_path = o.engine.model_path.string();
+  if (!resolve_model_path(model_path, "serve")) return 2;
+  o.engine.model_path = model_path;
   // SIGINT / SIGTERM are taken by one thread (sigwait) so every other thread runs undisturbed.
   sigset_t signals;
   sigemptyset(&signals);
@@ -67,7 +71,8 @@ int run_serve(ServeOptions o) {
 }  // namespace
 
 static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
-  cmd->add_option("--model-path", e.model_path, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("--model-path", e.model_path,
+                  "Hugging Face checkpoint directory (default: the demo model, models/demo-lm)");
   cmd->add_option("--device", e.runner.device, "cpu (cuda arrives with the CUDA runtime)")
       ->capture_default_str();
   cmd->add_option("--page-size", e.runner.page_size)->capture_default_str();
