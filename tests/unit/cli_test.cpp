@@ -112,5 +112,15 @@ TEST_F(CliGenerate, ErrorsAreClearAndNonzero) {
   EXPECT_NE(r.output.find("--prompt"), std::string::npos) << r.output;
 }
 
+// bench-attention needs a CUDA device; on the CPU it explains itself instead of crashing.
+TEST(Cli, BenchAttentionNeedsCuda) {
+  CommandResult r = run_kvserve("bench-attention --device cpu");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--device cuda"), std::string::npos) << r.output;
+  r = run_kvserve("bench-attention --device cpu --backend flash9");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("flash9"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace kvserve

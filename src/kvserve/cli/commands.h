@@ -19,6 +19,7 @@ Command add_make_model_command(CLI::App& app);       // make_model.cpp
 Command add_generate_command(CLI::App& app);         // generate.cpp
 Command add_bench_serving_command(CLI::App& app);    // bench_serving.cpp
 Command add_bench_one_batch_command(CLI::App& app);  // bench_one_batch.cpp
+Command add_bench_attention_command(CLI::App& app);  // bench_attention.cpp
 Command add_serve_command(CLI::App& app);            // serve.cpp
 
 // What `kvserve` with no subcommand does: version, platforms and the memory self-check.

@@ -25,4 +25,13 @@ void store_kv(const ops::KvStoreParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
+void paged_decode(const ops::PagedDecodeParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+int multiprocessor_count() {
+  KV_CHECK(false, "CUDA called in a build without CUDA");
+  return 0;
+}
+
 }  // namespace kvserve::platform::cuda

@@ -5,9 +5,13 @@
 
 #include "kvserve/platform/handles.h"
 #include "kvserve/platform/ops/kv_store_params.h"
+#include "kvserve/platform/ops/paged_decode_params.h"
 
 namespace kvserve::platform::cuda {
 
 void store_kv(const ops::KvStoreParams& params, StreamHandle stream);
+void paged_decode(const ops::PagedDecodeParams& params, StreamHandle stream);
+// Streaming multiprocessors of the current device (for split decisions).
+int multiprocessor_count();
 
 }  // namespace kvserve::platform::cuda

@@ -1,0 +1,270 @@
+// cuda-paged decode attention: one block per (split, KV head, request) reads its K/V rows in
+// place through the page table and serves all query heads of the GQA group from each load.
+// Layout inside a block: HEAD_DIM / 8 lanes hold one token's row (16 bytes = 8 bf16 each), so a
+// block of 128 threads works on 8 (head_dim 128) or 16 (head_dim 64) tokens at once; each token
+// group keeps an online softmax per query head; the groups merge in shared memory at the end.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <string>
+
+#include "kvserve/platform/cuda/cuda_check.h"
+#include "kvserve/platform/cuda/ops.h"
+
+namespace kvserve::platform::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kVec = 8;     // bf16 per 16-byte load
+constexpr int kUnroll = 4;  // tokens in flight per token group
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void unpack(const uint4& raw, float (&x)[kVec]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+template <int HEAD_DIM, int GROUP, int PAGE_SIZE>
+__global__ void __launch_bounds__(kThreads)
+    paged_decode_kernel(const __grid_constant__ ops::PagedDecodeParams p) {
+  constexpr int kLanes = HEAD_DIM / kVec;     // threads per token row
+  constexpr int kGroups = kThreads / kLanes;  // token groups per block
+  const int b = blockIdx.z;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.x;
+  const int lane = threadIdx.x % kLanes;
+  const int grp = threadIdx.x / kLanes;
+  const int seq = p.seq_lens[b];
+  const int begin = split * p.tokens_per_split;
+  const int end = min(seq, begin + p.tokens_per_split);
+
+  // The group's queries, this lane's 8 dimensions, pre-scaled into the log2 domain.
+  float q[GROUP][kVec];
+  const auto* qbase = static_cast<const __nv_bfloat16*>(p.q);
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    const int h = kvh * GROUP + g;
+    const uint4 raw = *reinterpret_cast<const uint4*>(
+        qbase + (static_cast<int64_t>(b) * p.num_q_heads + h) * HEAD_DIM + lane * kVec);
+    unpack(raw, q[g]);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      q[g][i] *= p.sm_scale * kLog2e;
+  }
+  float m[GROUP], l[GROUP], o[GROUP][kVec];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      o[g][i] = 0.f;
+  }
+
+  const int32_t* pages = p.page_ids + p.page_indptr[b];
+  const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);
+  const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);
+  const int64_t row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
+  const int64_t col = static_cast<int64_t>(kvh) * HEAD_DIM + lane * kVec;
+
+  // The loop bounds are the same for every thread (warp-uniform): the lanes of other token
+  // groups in this warp must reach the shuffles too, so a token past the end is masked, not
+  // skipped.
+  for (int base = begin; base < end; base += kGroups * kUnroll) {
+    // Issue every load of kUnroll tokens before using any of them.
+    uint4 kraw[kUnroll], vraw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + u * kGroups + grp;
+      kraw[u] = make_uint4(0, 0, 0, 0);
+      vraw[u] = make_uint4(0, 0, 0, 0);
+      if (t < end) {
+        const int64_t slot =
+            PAGE_SIZE == 1 ? pages[t]
+                           : static_cast<int64_t>(pages[t / PAGE_SIZE]) * PAGE_SIZE + t % PAGE_SIZE;
+        kraw[u] = __ldg(reinterpret_cast<const uint4*>(kc + slot * row + col));
+        vraw[u] = __ldg(reinterpret_cast<const uint4*>(vc + slot * row + col));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * kGroups >= end) break;  // uniform across the block
+      const bool valid = base + u * kGroups + grp < end;
+      float k[kVec], v[kVec];
+      unpack(kraw[u], k);
+      unpack(vraw[u], v);
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          s += q[g][i] * k[i];
+#pragma unroll
+        for (int off = kLanes / 2; off > 0; off /= 2)
+          s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (!valid) continue;
+        const float m_new = fmaxf(m[g], s);
+        const float c = exp2f(m[g] - m_new);
+        const float e = exp2f(s - m_new);
+        l[g] = l[g] * c + e;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          o[g][i] = o[g][i] * c + e * v[i];
+        m[g] = m_new;
+      }
+    }
+  }
+
+  // Merge the token groups of the block.
+  __shared__ float sm_m[kGroups][GROUP];
+  __shared__ float sm_l[kGroups][GROUP];
+  __shared__ float sm_o[kGroups][GROUP][HEAD_DIM];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    if (lane == 0) {
+      sm_m[grp][g] = m[g];
+      sm_l[grp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      sm_o[grp][g][lane * kVec + i] = o[g][i];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += kThreads) {
+    const int g = idx / HEAD_DIM;
+    const int d = idx % HEAD_DIM;
+    float mm = -INFINITY;
+    for (int j = 0; j < kGroups; ++j)
+      mm = fmaxf(mm, sm_m[j][g]);
+    float ll = 0.f, oo = 0.f;
+    if (mm != -INFINITY) {
+      for (int j = 0; j < kGroups; ++j) {
+        const float w = exp2f(sm_m[j][g] - mm);  // 0 for empty groups (m = -inf)
+        ll += sm_l[j][g] * w;
+        oo += sm_o[j][g][d] * w;
+      }
+    }
+    const int h = kvh * GROUP + g;
+    const int64_t bh = static_cast<int64_t>(b) * p.num_q_heads + h;
+    if (p.num_splits == 1) {
+      static_cast<__nv_bfloat16*>(p.out)[bh * HEAD_DIM + d] =
+          __float2bfloat16_rn(ll > 0.f ? oo / ll : 0.f);
+    } else {
+      p.partial_out[(bh * p.num_splits + split) * HEAD_DIM + d] = ll > 0.f ? oo / ll : 0.f;
+      if (d == 0) p.partial_lse[bh * p.num_splits + split] = ll > 0.f ? mm + log2f(ll) : -INFINITY;
+    }
+  }
+}
+
+// Combines the splits of one (request, query head): weights 2^(lse_s - max lse).
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(HEAD_DIM)
+    merge_splits_kernel(const __grid_constant__ ops::PagedDecodeParams p) {
+  const int64_t bh = blockIdx.x;
+  const int d = threadIdx.x;
+  const float* lse = p.partial_lse + bh * p.num_splits;
+  float mm = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s)
+    mm = fmaxf(mm, lse[s]);
+  float w_sum = 0.f, acc = 0.f;
+  if (mm != -INFINITY) {
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = exp2f(lse[s] - mm);
+      w_sum += w;
+      acc += w * p.partial_out[(bh * p.num_splits + s) * HEAD_DIM + d];
+    }
+  }
+  static_cast<__nv_bfloat16*>(p.out)[bh * HEAD_DIM + d] =
+      __float2bfloat16_rn(w_sum > 0.f ? acc / w_sum : 0.f);
+}
+
+template <int HEAD_DIM, int GROUP, int PAGE_SIZE>
+void launch(const ops::PagedDecodeParams& p, cudaStream_t stream) {
+  const dim3 grid(p.num_splits, p.num_kv_heads, p.batch);
+  paged_decode_kernel<HEAD_DIM, GROUP, PAGE_SIZE><<<grid, kThreads, 0, stream>>>(p);
+  KV_CUDA_CHECK(cudaGetLastError());
+  if (p.num_splits > 1) {
+    merge_splits_kernel<HEAD_DIM><<<p.batch * p.num_q_heads, HEAD_DIM, 0, stream>>>(p);
+    KV_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+[[noreturn]] void unsupported(const char* what, int value) {
+  detail::check_failed(__FILE__, __LINE__, what, std::string(), std::to_string(value));
+}
+
+// The one boundary where runtime values become template parameters.
+template <int HEAD_DIM, int GROUP>
+void dispatch_page_size(const ops::PagedDecodeParams& p, cudaStream_t s) {
+  switch (p.page_size) {
+    case 1:
+      return launch<HEAD_DIM, GROUP, 1>(p, s);
+    case 16:
+      return launch<HEAD_DIM, GROUP, 16>(p, s);
+    case 32:
+      return launch<HEAD_DIM, GROUP, 32>(p, s);
+    case 64:
+      return launch<HEAD_DIM, GROUP, 64>(p, s);
+    case 128:
+      return launch<HEAD_DIM, GROUP, 128>(p, s);
+    default:
+      unsupported("paged decode: page size", p.page_size);
+  }
+}
+
+template <int HEAD_DIM>
+void dispatch_group(const ops::PagedDecodeParams& p, cudaStream_t s) {
+  if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0) {
+    unsupported("paged decode: num_q_heads not a multiple of num_kv_heads", p.num_q_heads);
+  }
+  switch (p.num_q_heads / p.num_kv_heads) {
+    case 1:
+      return dispatch_page_size<HEAD_DIM, 1>(p, s);
+    case 2:
+      return dispatch_page_size<HEAD_DIM, 2>(p, s);
+    case 3:
+      return dispatch_page_size<HEAD_DIM, 3>(p, s);
+    case 4:
+      return dispatch_page_size<HEAD_DIM, 4>(p, s);
+    case 5:
+      return dispatch_page_size<HEAD_DIM, 5>(p, s);
+    case 6:
+      return dispatch_page_size<HEAD_DIM, 6>(p, s);
+    case 7:
+      return dispatch_page_size<HEAD_DIM, 7>(p, s);
+    case 8:
+      return dispatch_page_size<HEAD_DIM, 8>(p, s);
+    default:
+      unsupported("paged decode: GQA group size", p.num_q_heads / p.num_kv_heads);
+  }
+}
+
+}  // namespace
+
+int multiprocessor_count() {
+  int device = 0;
+  int count = 0;
+  KV_CUDA_CHECK(cudaGetDevice(&device));
+  KV_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+void paged_decode(const ops::PagedDecodeParams& p, StreamHandle stream) {
+  if (p.batch == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream.ptr);
+  switch (p.head_dim) {
+    case 64:
+      return dispatch_group<64>(p, s);
+    case 128:
+      return dispatch_group<128>(p, s);
+    default:
+      unsupported("paged decode: head_dim", p.head_dim);
+  }
+}
+
+}  // namespace kvserve::platform::cuda

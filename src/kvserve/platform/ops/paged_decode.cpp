@@ -1,0 +1,87 @@
+#include "kvserve/platform/ops/paged_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kvserve/core/check.h"
+#include "kvserve/core/dtype.h"
+#include "kvserve/platform/cuda/ops.h"
+
+namespace kvserve::ops {
+
+PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
+                                  int32_t head_dim, int32_t max_seq_len, int32_t num_sms) {
+  constexpr int32_t kMinTokensPerSplit = 256;
+  constexpr int32_t kBlocksPerSm = 2;
+  PagedDecodePlan plan;
+  const int64_t blocks = static_cast<int64_t>(batch) * num_kv_heads;
+  const int64_t want =
+      (static_cast<int64_t>(num_sms) * kBlocksPerSm + blocks - 1) / std::max<int64_t>(blocks, 1);
+  const int64_t most =
+      std::max<int64_t>(1, (max_seq_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
+  plan.num_splits = static_cast<int32_t>(std::clamp<int64_t>(want, 1, most));
+  plan.tokens_per_split = std::max(1, (max_seq_len + plan.num_splits - 1) / plan.num_splits);
+  if (plan.num_splits > 1) {
+    plan.workspace_floats = static_cast<size_t>(batch) * num_q_heads * plan.num_splits *
+                            (static_cast<size_t>(head_dim) + 1);
+  }
+  return plan;
+}
+
+void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
+                  platform::StreamHandle stream) {
+  KV_CHECK(platform.device().kind == DeviceKind::kCuda,
+           "paged decode attention runs on CUDA; the CPU platform uses the cpu backend");
+  KV_CHECK(params.num_splits == 1 || (params.partial_out && params.partial_lse),
+           "{} splits need a workspace", params.num_splits);
+  platform::cuda::paged_decode(params, stream);
+}
+
+namespace reference {
+
+void paged_decode(const PagedDecodeParams& p, float* out) {
+  const auto* q = static_cast<const uint16_t*>(p.q);
+  const auto* k = static_cast<const uint16_t*>(p.k_cache);
+  const auto* v = static_cast<const uint16_t*>(p.v_cache);
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  const int64_t row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  std::vector<double> scores;
+  for (int32_t b = 0; b < p.batch; ++b) {
+    const int32_t seq = p.seq_lens[b];
+    const int32_t* pages = p.page_ids + p.page_indptr[b];
+    for (int32_t h = 0; h < p.num_q_heads; ++h) {
+      const int32_t kvh = h / group;
+      const uint16_t* qh = q + (static_cast<int64_t>(b) * p.num_q_heads + h) * p.head_dim;
+      float* oh = out + (static_cast<int64_t>(b) * p.num_q_heads + h) * p.head_dim;
+      scores.assign(seq, 0.0);
+      double mx = -INFINITY;
+      for (int32_t t = 0; t < seq; ++t) {
+        const int64_t slot =
+            static_cast<int64_t>(pages[t / p.page_size]) * p.page_size + t % p.page_size;
+        const uint16_t* kt = k + slot * row + static_cast<int64_t>(kvh) * p.head_dim;
+        double s = 0;
+        for (int32_t d = 0; d < p.head_dim; ++d)
+          s += double(bf16_to_float(qh[d])) * bf16_to_float(kt[d]);
+        scores[t] = s * p.sm_scale;
+        mx = std::max(mx, scores[t]);
+      }
+      double sum = 0;
+      for (double& s : scores)
+        sum += (s = std::exp(s - mx));
+      for (int32_t d = 0; d < p.head_dim; ++d) {
+        double acc = 0;
+        for (int32_t t = 0; t < seq; ++t) {
+          const int64_t slot =
+              static_cast<int64_t>(pages[t / p.page_size]) * p.page_size + t % p.page_size;
+          acc +=
+              scores[t] * bf16_to_float(v[slot * row + static_cast<int64_t>(kvh) * p.head_dim + d]);
+        }
+        oh[d] = seq == 0 ? 0.0f : static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+}  // namespace reference
+}  // namespace kvserve::ops

@@ -1,0 +1,35 @@
+// Paged decode attention (paged_decode_params.h): the plan (split-KV decision, made once per
+// batch and reused by every layer) and the op, dispatched on the platform at one boundary.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvserve/platform/ops/paged_decode_params.h"
+#include "kvserve/platform/platform.h"
+
+namespace kvserve::ops {
+
+struct PagedDecodePlan {
+  int32_t num_splits = 1;
+  int32_t tokens_per_split = 0;
+  size_t workspace_floats = 0;  // partial outputs + log-sum-exps, 0 without splitting
+};
+
+// Splits each request's KV so that batch x num_kv_heads x splits blocks fill `num_sms`
+// multiprocessors about twice over, keeping at least 256 tokens per split (a split's fixed cost
+// is a merge of head_dim floats per query head).
+PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
+                                  int32_t head_dim, int32_t max_seq_len, int32_t num_sms);
+
+// Runs on `stream`. CUDA only for now; the CPU platform's attention is the `cpu` backend.
+void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
+                  platform::StreamHandle stream = {});
+
+namespace reference {
+// The same computation on host buffers in float64 (bf16 in, float out), for tests and
+// bench-attention's error column. `out` is [batch, num_q_heads, head_dim].
+void paged_decode(const PagedDecodeParams& params, float* out);
+}  // namespace reference
+
+}  // namespace kvserve::ops

@@ -1,0 +1,39 @@
+// Parameters of paged decode attention (fmt-free: CUDA sources include it).
+//
+// One new query token per request attends to its whole KV, read in place from the pool through
+// a CSR page table (SGLang's kv_indptr / kv_indices at page granularity):
+//   token t of request b lives in slot page_ids[page_indptr[b] + t / page_size] * page_size
+//   + t % page_size, for t < seq_lens[b].
+// Pool rows are [num_slots, num_kv_heads, head_dim] in bf16 (MHATokenToKVPool's layout).
+// GQA: query head h reads KV head h / (num_q_heads / num_kv_heads).
+//
+// Split-KV: each request's tokens are cut into num_splits chunks of tokens_per_split; with more
+// than one split every chunk writes a partial output and its log-sum-exp to the workspace, and a
+// merge step combines them. seq_lens[b] == 0 gives a zero output (the empty-KV guard).
+#pragma once
+
+#include <cstdint>
+
+namespace kvserve::ops {
+
+struct PagedDecodeParams {
+  const void* q = nullptr;        // [batch, num_q_heads, head_dim] bf16
+  const void* k_cache = nullptr;  // [num_slots, num_kv_heads, head_dim] bf16
+  const void* v_cache = nullptr;
+  const int32_t* page_indptr = nullptr;  // [batch + 1]
+  const int32_t* page_ids = nullptr;     // [page_indptr[batch]]
+  const int32_t* seq_lens = nullptr;     // [batch]
+  void* out = nullptr;                   // [batch, num_q_heads, head_dim] bf16
+  float* partial_out = nullptr;  // [batch, num_q_heads, num_splits, head_dim], num_splits > 1
+  float* partial_lse = nullptr;  // [batch, num_q_heads, num_splits] (log2 domain)
+  int32_t batch = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;   // 64 or 128
+  int32_t page_size = 1;  // 1, 16, 32, 64 or 128
+  int32_t num_splits = 1;
+  int32_t tokens_per_split = 0;  // >= the longest sequence when num_splits == 1
+  float sm_scale = 0;            // 1 / sqrt(head_dim) usually
+};
+
+}  // namespace kvserve::ops
