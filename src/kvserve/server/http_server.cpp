@@ -3,6 +3,12 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <thread>
 
 #include "kvserve/core/logging.h"
@@ -82,6 +88,38 @@ void respond_when_done(httplib::Response& res, std::shared_ptr<Job> job,
       });
 }
 
+// Debian's cpp-httplib is compiled with a listen backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG): a
+// burst of clients (bench-serving opens 64 or more at once) would overflow the accept queue and
+// stall in SYN retransmits. listen() again on the bound socket raises the backlog; httplib does
+// not expose the descriptor, so find the listening socket on `port` among ours.
+void widen_listen_backlog(int port) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (...) {
+      continue;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) {
+      bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    }
+    if (bound == port && listen(fd, SOMAXCONN) != 0) {
+      KV_LOG_WARN("could not raise the listen backlog of port {}", port);
+    }
+  }
+}
+
 }  // namespace
 
 HttpServer::HttpServer(engine::Engine& engine, ServerOptions options)
@@ -106,6 +144,7 @@ Status HttpServer::bind() {
     }
     bound_port_ = options_.port;
   }
+  widen_listen_backlog(bound_port_);
   return Status::ok();
 }
 
