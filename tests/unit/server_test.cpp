@@ -1,6 +1,8 @@
 // The HTTP server, black box: real engine, real sockets, httplib as the client.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <random>
 #include <set>
@@ -399,6 +401,39 @@ TEST(Server, ApiKey) {
   EXPECT_EQ(c->Get("/v1/models")->status, 200);
   c->set_bearer_token_auth("wrong");
   EXPECT_EQ(c->Post("/generate", "{}", "application/json")->status, 401);
+}
+
+// SGLang's --sampling-defaults: "model" takes what a request leaves out from
+// generation_config.json; "openai" uses the API's defaults (temperature 1).
+TEST(Server, SamplingDefaultsComeFromTheModel) {
+  model::testing::TempDir dir;
+  const std::filesystem::path copy = dir.path() / "tiny";
+  std::filesystem::copy(testing_util::tiny_model(), copy);
+  json gen = json::parse(std::ifstream(copy / "generation_config.json"));
+  gen["temperature"] = 0.0;  // greedy unless a request says otherwise
+  std::ofstream(copy / "generation_config.json") << gen.dump();
+  auto eo = testing_util::tiny_engine_options();
+  eo.model_path = copy;
+  auto texts = [](const TestServer& s, const json& extra) {
+    std::set<std::string> out;
+    for (int seed = 1; seed <= 4; ++seed) {
+      json body = {{"prompt", "Hello"}, {"max_tokens", 12}, {"ignore_eos", true}, {"seed", seed}};
+      body.update(extra);
+      const auto [st, r] = s.post("/v1/completions", body);
+      EXPECT_EQ(st, 200) << r.dump();
+      out.insert(r["choices"][0]["text"].get<std::string>());
+    }
+    return out;
+  };
+  {
+    TestServer model_defaults(eo);
+    EXPECT_EQ(texts(model_defaults, json::object()).size(), 1u);          // greedy from the model
+    EXPECT_GT(texts(model_defaults, {{"temperature", 1.0}}).size(), 1u);  // the request wins
+  }
+  server::ServerOptions so;
+  so.sampling_defaults = "openai";
+  TestServer openai_defaults(eo, so);
+  EXPECT_GT(texts(openai_defaults, json::object()).size(), 1u);  // temperature 1
 }
 
 }  // namespace

@@ -106,6 +106,11 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--port", o->server.port, "0: any free port")->capture_default_str();
   cmd->add_option("--api-key", o->server.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--served-model-name", o->server.served_model_name);
+  cmd->add_option("--sampling-defaults", o->server.sampling_defaults,
+                  "model: generation_config.json's temperature/top_p/top_k/min_p/"
+                  "repetition_penalty for what a request leaves out; openai: the API's defaults")
+      ->check(CLI::IsMember({"model", "openai"}))
+      ->capture_default_str();
   return {cmd, [o] { return run_serve(*o); }};
 }
 

@@ -199,8 +199,11 @@ void HttpServer::install_routes() {
         send_error(res, {500, "internal error: " + what, "internal_error", "", ""});
       });
 
-  const ModelLimits limits{engine_.context_len(), engine_.model_config().vocab_size,
-                           engine_.tokenizer(), nullptr};
+  ModelLimits limits{
+      engine_.context_len(), engine_.model_config().vocab_size, engine_.tokenizer(), nullptr, {}};
+  if (options_.sampling_defaults == "model") {
+    limits.sampling_defaults = model_sampling_defaults(engine_.generation_config());
+  }
   // The chat template is parsed once.
   auto chat_template = std::make_shared<std::optional<tokenizer::ChatTemplate>>();
   if (engine_.tokenizer() && !engine_.tokenizer()->chat_template().empty()) {

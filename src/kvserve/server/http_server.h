@@ -28,6 +28,9 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{32} << 20;
   int http_threads = 512;  // streams hold a thread each while they run
   int read_timeout_s = 60;
+  // SGLang's --sampling-defaults: "model" (generation_config.json) or "openai" (temperature 1,
+  // top_p 1, no top-k / min-p / repetition penalty).
+  std::string sampling_defaults = "model";
 };
 
 class HttpServer {

@@ -172,6 +172,7 @@ Parsed<json> parse_json_body(const std::string& body) {
 Parsed<NativeGenerateRequest> parse_generate(const json& o, const ModelLimits& m) {
   NativeGenerateRequest req;
   GenerationSpec base;
+  base.sampling = m.sampling_defaults;
   base.sampling.max_new_tokens = 128;  // SGLang's default
   const auto sp_it = o.find("sampling_params");
   if (sp_it != o.end() && !sp_it->is_null()) {
@@ -251,6 +252,7 @@ Parsed<NativeGenerateRequest> parse_generate(const json& o, const ModelLimits& m
 Parsed<CompletionRequest> parse_completion(const json& o, const ModelLimits& m) {
   CompletionRequest req;
   GenerationSpec base;
+  base.sampling = m.sampling_defaults;
   base.sampling.max_new_tokens = 16;  // OpenAI's default for completions
   if (const auto it = o.find("model"); it != o.end() && !it->is_null()) {
     if (!it->is_string()) return bad_request("'model' must be a string", "model");
@@ -328,6 +330,7 @@ Parsed<CompletionRequest> parse_completion(const json& o, const ModelLimits& m) 
 Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLimits& m) {
   ChatCompletionRequest req;
   GenerationSpec& g = req.spec;
+  g.sampling = m.sampling_defaults;
   g.sampling.max_new_tokens = std::numeric_limits<int32_t>::max();  // the context's remainder
   if (const auto it = o.find("model"); it != o.end() && !it->is_null()) {
     if (!it->is_string()) return bad_request("'model' must be a string", "model");
@@ -397,6 +400,16 @@ Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLi
   }
   KV_API_TRY(check_fits(g, m, max_given, "max_tokens"));
   return req;
+}
+
+engine::SamplingParams model_sampling_defaults(const model::GenerationConfig& g) {
+  engine::SamplingParams sp;
+  if (g.temperature) sp.temperature = static_cast<float>(*g.temperature);
+  if (g.top_p) sp.top_p = static_cast<float>(*g.top_p);
+  if (g.top_k && *g.top_k > 0) sp.top_k = *g.top_k;
+  if (g.min_p) sp.min_p = static_cast<float>(*g.min_p);
+  if (g.repetition_penalty) sp.repetition_penalty = static_cast<float>(*g.repetition_penalty);
+  return sp;
 }
 
 }  // namespace kvserve::server

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvserve/engine/sampling_params.h"
+#include "kvserve/model/config.h"
 #include "kvserve/server/errors.h"
 #include "kvserve/tokenizer/chat_template.h"
 #include "kvserve/tokenizer/tokenizer.h"
@@ -23,7 +24,14 @@ struct ModelLimits {
   int32_t vocab_size = 0;
   const tokenizer::Tokenizer* tokenizer = nullptr;  // null: token ids only
   const tokenizer::ChatTemplate* chat_template = nullptr;
+  // What a request leaves out: the model's generation_config.json values under SGLang's
+  // --sampling-defaults model (the default), or the OpenAI API's under --sampling-defaults openai.
+  engine::SamplingParams sampling_defaults;
 };
+
+// SGLang's --sampling-defaults model: temperature, top_p, top_k, min_p and repetition_penalty
+// from generation_config.json where it sets them (do_sample is not consulted, as in SGLang).
+engine::SamplingParams model_sampling_defaults(const model::GenerationConfig& g);
 
 // One engine submission.
 struct GenerationSpec {
