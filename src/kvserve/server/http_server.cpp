@@ -365,16 +365,7 @@ void HttpServer::install_routes() {
           return sse(completion_chunk(id, model, job->created_unix(), i, text, fr));
         },
         [job, r, id, model] {
-          std::string tail;
-          if (r->include_usage) {
-            tail += sse({{"id", id},
-                         {"object", "text_completion"},
-                         {"created", job->created_unix()},
-                         {"model", model},
-                         {"choices", ordered_json::array()},
-                         {"usage", usage(*job)}});
-          }
-          return tail + kSseDone;
+          return openai_stream_end(*job, r->include_usage, id, model, "text_completion");
         });
   });
 
@@ -426,16 +417,7 @@ void HttpServer::install_routes() {
           return out;
         },
         [job, r, id, model] {
-          std::string tail;
-          if (r->include_usage) {
-            tail += sse({{"id", id},
-                         {"object", "chat.completion.chunk"},
-                         {"created", job->created_unix()},
-                         {"model", model},
-                         {"choices", ordered_json::array()},
-                         {"usage", usage(*job)}});
-          }
-          return tail + kSseDone;
+          return openai_stream_end(*job, r->include_usage, id, model, "chat.completion.chunk");
         });
   });
 }

@@ -244,4 +244,18 @@ ordered_json chat_response(const Job& job, const ChatCompletionRequest& req, con
           {"model", model}, {"choices", choices},          {"usage", usage(job)}};
 }
 
+std::string openai_stream_end(const Job& job, bool include_usage, const std::string& id,
+                              const std::string& model, const char* object) {
+  std::string tail;
+  if (include_usage) {
+    tail += sse({{"id", id},
+                 {"object", object},
+                 {"created", job.created_unix()},
+                 {"model", model},
+                 {"choices", ordered_json::array()},
+                 {"usage", usage(job)}});
+  }
+  return tail + kSseDone;
+}
+
 }  // namespace kvserve::server

@@ -40,6 +40,10 @@ ordered_json chat_logprobs(const tokenizer::Tokenizer* tok, const std::vector<in
                            size_t from);
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
 ordered_json usage(const Job& job);
+// What ends an OpenAI stream: a chunk with the usage and no choices when asked for
+// (stream_options.include_usage), then [DONE]. `object` is the chunks' object name.
+std::string openai_stream_end(const Job& job, bool include_usage, const std::string& id,
+                              const std::string& model, const char* object);
 
 std::string new_id(const char* prefix);
 

@@ -8,18 +8,6 @@
 #include "kvserve/tokenizer/jinja_lexer.h"
 
 namespace kvserve::tokenizer::jinja {
-namespace {
-
-[[noreturn]] void type_error(const std::string& message) {
-  throw JinjaError(message);
-}
-
-int64_t checked(bool overflow, int64_t value) {
-  if (overflow) throw JinjaError("integer overflow (kvserve's template integers are 64-bit)");
-  return value;
-}
-
-}  // namespace
 
 Value* Interpreter::Scope::find(std::string_view name) {
   for (auto& [key, value] : vars) {

@@ -9,15 +9,6 @@
 namespace kvserve::tokenizer::jinja {
 namespace {
 
-[[noreturn]] void type_error(const std::string& message) {
-  throw JinjaError(message);
-}
-
-int64_t checked(bool overflow, int64_t value) {
-  if (overflow) throw JinjaError("integer overflow (kvserve's template integers are 64-bit)");
-  return value;
-}
-
 // Python's floor division and modulo for ints.
 int64_t floor_div(int64_t a, int64_t b) {
   if (b == -1) return checked(a == INT64_MIN, -a);

@@ -33,6 +33,17 @@ class JinjaError : public std::runtime_error {
   bool raised_;
 };
 
+// A template's runtime type error (jinja2's TypeError), as a JinjaError.
+[[noreturn]] inline void type_error(const std::string& message) {
+  throw JinjaError(message);
+}
+
+// `value` unless the arithmetic that produced it overflowed.
+inline int64_t checked(bool overflow, int64_t value) {
+  if (overflow) throw JinjaError("integer overflow (kvserve's template integers are 64-bit)");
+  return value;
+}
+
 class Value;
 class Interpreter;
 using ValueList = std::vector<Value>;
