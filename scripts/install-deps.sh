@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libopenblas-openmp-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libsndfile1-dev libfftw3-dev libsamplerate0-dev  # audio front end (Whisper)
   clang-format
   curl jq  # the black-box server test drives kvserve serve with curl
 )

@@ -5,16 +5,17 @@
 
 #include "kvserve/attention/backend.h"
 #include "kvserve/attention/cpu_backends.h"
+#include "kvserve/attention/cuda_backends.h"
 
 namespace kvserve::attention {
 
 std::vector<std::string> attention_backend_names(Device device) {
   if (device.is_cpu()) return {"cpu", "native"};
-  return {};
+  return {"cuda-paged"};
 }
 
 std::string default_attention_backend(Device device) {
-  return device.is_cpu() ? "cpu" : "";
+  return device.is_cpu() ? "cpu" : "cuda-paged";
 }
 
 Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_view name,
@@ -31,6 +32,7 @@ Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_v
                             device.to_string(), fmt::join(names, ", "));
   }
   if (name == "native") return make_native_backend(platform);
+  if (name == "cuda-paged") return make_cuda_paged_backend(platform);
   return make_cpu_paged_backend(platform);
 }
 

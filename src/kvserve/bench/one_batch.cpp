@@ -22,16 +22,6 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The greedy token of each row of [n, vocab] logits.
-void argmax_rows(const std::vector<float>& logits, int32_t vocab, std::vector<int32_t>& out) {
-  const size_t n = logits.size() / static_cast<size_t>(vocab);
-  out.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const float* row = logits.data() + i * static_cast<size_t>(vocab);
-    out[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-  }
-}
-
 Status check_list(const std::vector<int32_t>& values, const char* flag) {
   if (values.empty()) return invalid_argument("{} needs at least one value", flag);
   for (const int32_t v : values) {
@@ -119,7 +109,6 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
   r.batch_size = batch_size;
   r.input_len = input_len;
   r.output_len = output_len;
-  std::vector<float> logits;
   std::vector<int32_t> next;
   std::vector<int32_t> out_cache_loc;
   std::vector<model::ForwardRequest> fwd;
@@ -136,8 +125,7 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
     fwd.push_back({kv[b].row, 0, tokens[b]});
   model::ForwardBatch batch = model::make_forward_batch(
       model::ForwardMode::kExtend, fwd, std::move(out_cache_loc), rows, runner.kv_pool());
-  runner.forward(batch, logits);
-  argmax_rows(logits, vocab, next);
+  runner.forward_greedy(batch, next);
   platform.synchronize();
   r.prefill_latency = seconds(t0, Clock::now());
   r.total_latency = r.prefill_latency;
@@ -160,8 +148,7 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
       fwd.push_back({kv[b].row, kv[b].kv_allocated_len - 1, {tokens[b].back()}});
     batch = model::make_forward_batch(model::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
                                       rows, runner.kv_pool());
-    runner.forward(batch, logits);
-    argmax_rows(logits, vocab, next);
+    runner.forward_greedy(batch, next);
     platform.synchronize();
     const double latency = seconds(t0, Clock::now());
     r.decode_latencies.push_back(latency);

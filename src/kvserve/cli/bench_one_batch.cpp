@@ -79,7 +79,7 @@ Command add_bench_one_batch_command(CLI::App& app) {
   cmd->add_option("--result-filename", a->result_filename, "Append JSON lines here")
       ->capture_default_str();
   cmd->add_option("--seed", a->bench.seed, "Seed of the synthetic prompts")->capture_default_str();
-  cmd->add_option("--device", a->runner.device, "cpu")->capture_default_str();
+  cmd->add_option("--device", a->runner.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--page-size", a->runner.page_size)->capture_default_str();
   cmd->add_option("--attention-backend", a->runner.attention_backend, "cpu or native");
   cmd->add_option("--kv-cache-dtype", a->runner.kv_cache_dtype)->capture_default_str();

@@ -170,7 +170,7 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past EOS");
   cmd->add_option("--top-logprobs", o->top_logprobs, "With --json: top-k logprobs per token");
   cmd->add_flag("--json", o->json, "Print token ids, text and logprobs as JSON");
-  cmd->add_option("--device", o->runner.device, "cpu")->capture_default_str();
+  cmd->add_option("--device", o->runner.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--page-size", o->runner.page_size)->capture_default_str();
   cmd->add_option("--attention-backend", o->runner.attention_backend, "cpu or native");
   cmd->add_option("--kv-cache-dtype", o->runner.kv_cache_dtype)->capture_default_str();

@@ -73,8 +73,7 @@ int run_serve(ServeOptions o) {
 static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
   cmd->add_option("--model-path", e.model_path,
                   "Hugging Face checkpoint directory (default: the demo model, models/demo-lm)");
-  cmd->add_option("--device", e.runner.device, "cpu (cuda arrives with the CUDA runtime)")
-      ->capture_default_str();
+  cmd->add_option("--device", e.runner.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--page-size", e.runner.page_size)->capture_default_str();
   cmd->add_option("--attention-backend", e.runner.attention_backend, "cpu or native");
   cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype)->capture_default_str();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -22,32 +23,53 @@ struct CausalLM::Layer {
   Tensor post_attention_layernorm;  // [hidden]
 };
 
-// Activations of one forward, grown to the largest batch seen.
+// Activations of one forward in the compute dtype, grown to the largest batch seen, and the
+// batch's per-token integers on the device.
 struct CausalLM::Workspace {
   int64_t tokens = 0;
   Tensor hidden, residual, normed, qkv, q, k, v, attn, gate_up, act, last;
+  Tensor ints;  // i32 [3, tokens]: input_ids | positions | logits_indices
+  int64_t logit_rows = 0;
+  Tensor
+      logits;  // f32 [logit_rows, vocab] on device platforms (the CPU writes the caller's vector)
+  Tensor greedy;  // i32 [logit_rows]: each logits row's argmax, on device platforms
+  std::vector<int32_t> host_ints;
 
-  Status reserve(platform::Platform& p, const ModelConfig& c, int64_t n) {
+  // Logits rows are few (one per request) even when tokens are many (a long prefill).
+  Status reserve_logits(platform::Platform& p, int64_t vocab, int64_t rows) {
+    if (rows <= logit_rows || p.device().is_cpu()) return Status::ok();
+    logits = Tensor();
+    KV_ASSIGN_OR_RETURN(logits, p.empty(DType::kF32, {rows, vocab}));
+    KV_ASSIGN_OR_RETURN(greedy, p.empty(DType::kI32, {rows}));
+    logit_rows = rows;
+    return Status::ok();
+  }
+
+  Status reserve(platform::Platform& p, const ModelConfig& c, DType dt, int64_t n) {
     if (n <= tokens) return Status::ok();
     const int64_t qd = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
     const int64_t kvd = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
     const int64_t h = c.hidden_size;
     const int64_t inter = c.intermediate_size;
-    auto alloc = [&](Tensor& t, int64_t cols) -> Status {
-      KV_ASSIGN_OR_RETURN(t, p.empty(DType::kF32, {n, cols}));
+    auto alloc = [&](Tensor& t, int64_t cols, DType type) -> Status {
+      t = Tensor();  // free the smaller one first
+      KV_ASSIGN_OR_RETURN(t, p.empty(type, {n, cols}));
       return Status::ok();
     };
-    KV_RETURN_IF_ERROR(alloc(hidden, h));
-    KV_RETURN_IF_ERROR(alloc(residual, h));
-    KV_RETURN_IF_ERROR(alloc(normed, h));
-    KV_RETURN_IF_ERROR(alloc(qkv, qd + 2 * kvd));
-    KV_RETURN_IF_ERROR(alloc(q, qd));
-    KV_RETURN_IF_ERROR(alloc(k, kvd));
-    KV_RETURN_IF_ERROR(alloc(v, kvd));
-    KV_RETURN_IF_ERROR(alloc(attn, qd));
-    KV_RETURN_IF_ERROR(alloc(gate_up, 2 * inter));
-    KV_RETURN_IF_ERROR(alloc(act, inter));
-    KV_RETURN_IF_ERROR(alloc(last, h));
+    for (auto [t, cols] : {std::pair{&hidden, h},
+                           {&residual, h},
+                           {&normed, h},
+                           {&last, h},
+                           {&qkv, qd + 2 * kvd},
+                           {&q, qd},
+                           {&k, kvd},
+                           {&v, kvd},
+                           {&attn, qd},
+                           {&gate_up, 2 * inter},
+                           {&act, inter}}) {
+      KV_RETURN_IF_ERROR(alloc(*t, cols, dt));
+    }
+    KV_RETURN_IF_ERROR(alloc(ints, 3, DType::kI32));
     tokens = n;
     return Status::ok();
   }
@@ -59,10 +81,12 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
-// Copies checkpoint tensors (any float dtype) into consecutive row blocks of one f32 tensor.
+// Copies checkpoint tensors (any float dtype) into consecutive row blocks of one tensor of the
+// compute dtype on the platform.
 class WeightLoader {
  public:
-  WeightLoader(const WeightStore& store, platform::Platform& p) : store_(store), platform_(p) {}
+  WeightLoader(const WeightStore& store, platform::Platform& p, DType dtype)
+      : store_(store), platform_(p), dtype_(dtype) {}
 
   // One tensor of exactly `shape`.
   Result<Tensor> load(const std::string& name, std::vector<int64_t> shape) {
@@ -71,12 +95,13 @@ class WeightLoader {
 
   // Tensors stacked along dim 0 into `shape` (each part has the same trailing dims).
   Result<Tensor> load_concat(const std::vector<std::string>& names, std::vector<int64_t> shape) {
-    KV_ASSIGN_OR_RETURN(Tensor out, platform_.empty(DType::kF32, shape));
+    KV_ASSIGN_OR_RETURN(Tensor out, platform_.empty(dtype_, shape));
+    const size_t elem = dtype_size(dtype_);
     int64_t row_elems = 1;
     for (size_t i = 1; i < shape.size(); ++i)
       row_elems *= shape[i];
     int64_t row = 0;
-    std::vector<float> host;
+    std::vector<uint8_t> host;
     for (const std::string& name : names) {
       KV_ASSIGN_OR_RETURN(WeightView w, store_.get(name));
       if (!is_floating(w.dtype) || is_float8(w.dtype)) {
@@ -92,12 +117,16 @@ class WeightLoader {
                                 shape_str(w.shape), shape_str(expected));
       }
       const int64_t n = w.numel();
-      host.resize(n);
-      convert_elements(w.data, w.dtype, host.data(), DType::kF32, n);
-      platform_.copy(out.data_as<float>() + row * row_elems, host.data(), n * sizeof(float),
-                     platform::CopyKind::kHostToDevice);
+      void* dst = out.data_as<uint8_t>() + row * row_elems * elem;
+      if (w.dtype == dtype_) {
+        platform_.copy(dst, w.data, n * elem, platform::CopyKind::kHostToDevice);
+      } else {
+        host.resize(n * elem);
+        convert_elements(w.data, w.dtype, host.data(), dtype_, n);
+        platform_.copy(dst, host.data(), n * elem, platform::CopyKind::kHostToDevice);
+      }
       row += w.shape[0];
-      bytes_ += n * sizeof(float);
+      bytes_ += n * elem;
     }
     if (row != shape[0]) {
       return invalid_argument("tensors {} stack to {} rows, expected {}", fmt::join(names, ", "),
@@ -111,26 +140,31 @@ class WeightLoader {
  private:
   const WeightStore& store_;
   platform::Platform& platform_;
+  DType dtype_;
   size_t bytes_ = 0;
 };
+
+// The compute dtype of a platform: f32 on the CPU (exact against the float64 references), bf16
+// on CUDA (tensor cores, half the bytes; f32 accumulation everywhere).
+DType compute_dtype_of(const platform::Platform& p) {
+  return p.device().is_cpu() ? DType::kF32 : DType::kBF16;
+}
 
 }  // namespace
 
 CausalLM::CausalLM(const ModelConfig& config, platform::Platform& platform)
-    : config_(config), platform_(platform), ws_(std::make_unique<Workspace>()) {}
+    : config_(config),
+      platform_(platform),
+      dtype_(compute_dtype_of(platform)),
+      ws_(std::make_unique<Workspace>()) {}
 
 CausalLM::~CausalLM() = default;
 
 Result<std::unique_ptr<CausalLM>> CausalLM::load(
     const ModelConfig& c, const WeightStore& weights, platform::Platform& platform,
     const std::function<void(int64_t done, int64_t total)>& on_layer) {
-  if (!platform.device().is_cpu()) {
-    return make_status(StatusCode::kUnimplemented,
-                       "the model runtime runs on the CPU platform only so far (asked for {})",
-                       platform.device().to_string());
-  }
   std::unique_ptr<CausalLM> m(new CausalLM(c, platform));
-  WeightLoader loader(weights, platform);
+  WeightLoader loader(weights, platform, m->dtype_);
   const int64_t h = c.hidden_size;
   const int64_t qd = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
   const int64_t kvd = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
@@ -167,134 +201,180 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
                         loader.load(p + "post_attention_layernorm.weight", {h}));
     if (on_layer) on_layer(i + 2, steps);
   }
-  m->inv_freq_ = rope_inv_freq(c.rope_theta, c.head_dim, c.rope_scaling);
+  const std::vector<float> inv_freq = rope_inv_freq(c.rope_theta, c.head_dim, c.rope_scaling);
+  KV_ASSIGN_OR_RETURN(m->inv_freq_,
+                      platform.empty(DType::kF32, {static_cast<int64_t>(inv_freq.size())}));
+  platform.copy(m->inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float),
+                platform::CopyKind::kHostToDevice);
   m->weight_bytes_ = loader.bytes();
   return m;
 }
 
-void CausalLM::forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
-                       std::vector<float>& logits) {
+void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backend,
+                   float* host_logits) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
-  const Status reserved = ws_->reserve(platform_, c, n);
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  Status reserved = ws_->reserve(platform_, c, dtype_, n);
+  if (reserved.is_ok()) reserved = ws_->reserve_logits(platform_, c.vocab_size, rows);
   KV_CHECK(reserved.is_ok(), "activation memory: {}", reserved.to_string());
   Workspace& w = *ws_;
   const int64_t h = c.hidden_size;
   const int32_t heads = c.num_attention_heads;
   const int32_t kv_heads = c.num_key_value_heads;
   const int64_t qd = static_cast<int64_t>(heads) * c.head_dim;
-  const int64_t kvd = static_cast<int64_t>(kv_heads) * c.head_dim;
-  const int64_t qkv_cols = qd + 2 * kvd;
+  const int64_t qkv_cols = qd + 2 * static_cast<int64_t>(kv_heads) * c.head_dim;
   const int64_t inter = c.intermediate_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  auto* hidden = w.hidden.data_as<float>();
-  auto* residual = w.residual.data_as<float>();
-  auto* normed = w.normed.data_as<float>();
-  auto gemm = [&](const float* a, const Tensor& b, const Tensor* bias, float* out, int64_t rows,
-                  int64_t cols, int64_t k) {
-    ops::gemm(platform_, {.a = a,
+  for (const int32_t t : batch.logits_indices)
+    KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
+
+  // The batch's integers reach the device in one copy.
+  w.host_ints.resize(2 * n + rows);
+  std::copy(batch.input_ids.begin(), batch.input_ids.end(), w.host_ints.begin());
+  std::copy(batch.positions.begin(), batch.positions.end(), w.host_ints.begin() + n);
+  std::copy(batch.logits_indices.begin(), batch.logits_indices.end(), w.host_ints.begin() + 2 * n);
+  platform_.copy(w.ints.data(), w.host_ints.data(), w.host_ints.size() * sizeof(int32_t),
+                 platform::CopyKind::kHostToDevice);
+  const int32_t* ids = w.ints.data_as<int32_t>();
+  const int32_t* positions = ids + n;
+  const int32_t* logits_indices = ids + 2 * n;
+
+  auto gemm = [&](const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
+                  int64_t m, int64_t cols, int64_t k) {
+    ops::gemm(platform_, {.a = a.data(),
                           .b = b.data(),
                           .bias = bias && !bias->empty() ? bias->data() : nullptr,
-                          .c = out,
-                          .dtype = DType::kF32,
-                          .m = rows,
+                          .c = out.data(),
+                          .dtype = dtype_,
+                          .m = m,
                           .n = cols,
                           .k = k,
                           .lda = k,
                           .ldb = k,
                           .ldc = cols});
   };
-
-  ops::embedding(platform_, {.table = embed_tokens_.data(),
-                             .ids = batch.input_ids.data(),
-                             .out = hidden,
-                             .dtype = DType::kF32,
-                             .num_tokens = n,
-                             .hidden = h,
-                             .vocab = c.vocab_size});
-  std::memcpy(residual, hidden, n * h * sizeof(float));
-  for (size_t li = 0; li < layers_.size(); ++li) {
-    const Layer& l = layers_[li];
-    // Pre-attention norm; from the second layer on, the previous MLP output joins the residual.
-    ops::rms_norm(platform_, {.x = li == 0 ? residual : hidden,
-                              .residual = li == 0 ? nullptr : residual,
-                              .out = normed,
-                              .weight = l.input_layernorm.data(),
-                              .dtype = DType::kF32,
+  auto rms_norm = [&](const Tensor& x, const Tensor* residual, const Tensor& out,
+                      const Tensor& weight) {
+    ops::rms_norm(platform_, {.x = x.data(),
+                              .residual = residual ? residual->data() : nullptr,
+                              .out = out.data(),
+                              .weight = weight.data(),
+                              .dtype = dtype_,
                               .rows = n,
                               .cols = h,
                               .x_stride = h,
                               .eps = eps});
-    auto* qkv = w.qkv.data_as<float>();
-    gemm(normed, l.qkv_proj, &l.qkv_bias, qkv, n, qkv_cols, h);
-    auto* q = w.q.data_as<float>();
-    auto* k = w.k.data_as<float>();
-    auto* v = w.v.data_as<float>();
-    for (int64_t t = 0; t < n; ++t) {
-      std::memcpy(q + t * qd, qkv + t * qkv_cols, qd * sizeof(float));
-      std::memcpy(k + t * kvd, qkv + t * qkv_cols + qd, kvd * sizeof(float));
-      std::memcpy(v + t * kvd, qkv + t * qkv_cols + qd + kvd, kvd * sizeof(float));
+  };
+
+  ops::embedding(platform_, {.table = embed_tokens_.data(),
+                             .ids = ids,
+                             .out = w.hidden.data(),
+                             .dtype = dtype_,
+                             .num_tokens = n,
+                             .hidden = h,
+                             .vocab = c.vocab_size});
+  platform_.copy(w.residual.data(), w.hidden.data(), n * h * dtype_size(dtype_),
+                 platform::CopyKind::kDeviceToDevice);
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& l = layers_[li];
+    // Pre-attention norm; from the second layer on, the previous MLP output joins the residual.
+    if (li == 0) {
+      rms_norm(w.residual, nullptr, w.normed, l.input_layernorm);
+    } else {
+      rms_norm(w.hidden, &w.residual, w.normed, l.input_layernorm);
     }
-    ops::rope(platform_, {.q = q,
-                          .k = k,
-                          .dtype = DType::kF32,
-                          .positions = batch.positions.data(),
-                          .inv_freq = inv_freq_.data(),
-                          .num_tokens = n,
-                          .q_stride = qd,
-                          .k_stride = kvd,
-                          .num_heads = heads,
-                          .num_kv_heads = kv_heads,
-                          .head_dim = c.head_dim,
-                          .rotary_dim = c.head_dim});
+    gemm(w.normed, l.qkv_proj, &l.qkv_bias, w.qkv, n, qkv_cols, h);
+    ops::split_qkv_rope(platform_, {.qkv = w.qkv.data(),
+                                    .q = w.q.data(),
+                                    .k = w.k.data(),
+                                    .v = w.v.data(),
+                                    .dtype = dtype_,
+                                    .positions = positions,
+                                    .inv_freq = inv_freq_.data_as<float>(),
+                                    .num_tokens = n,
+                                    .num_heads = heads,
+                                    .num_kv_heads = kv_heads,
+                                    .head_dim = c.head_dim,
+                                    .rotary_dim = c.head_dim});
     const attention::AttentionLayer layer{
         .layer_id = static_cast<int32_t>(li),
         .num_heads = heads,
         .num_kv_heads = kv_heads,
         .head_dim = c.head_dim,
         .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    backend.forward({.q = q, .k = k, .v = v, .out = w.attn.data(), .dtype = DType::kF32}, layer,
-                    batch);
-    gemm(w.attn.data_as<float>(), l.o_proj, nullptr, hidden, n, h, qd);
-    ops::rms_norm(platform_, {.x = hidden,
-                              .residual = residual,
-                              .out = normed,
-                              .weight = l.post_attention_layernorm.data(),
-                              .dtype = DType::kF32,
-                              .rows = n,
-                              .cols = h,
-                              .x_stride = h,
-                              .eps = eps});
-    gemm(normed, l.gate_up_proj, nullptr, w.gate_up.data_as<float>(), n, 2 * inter, h);
+    backend.forward(
+        {.q = w.q.data(), .k = w.k.data(), .v = w.v.data(), .out = w.attn.data(), .dtype = dtype_},
+        layer, batch);
+    gemm(w.attn, l.o_proj, nullptr, w.hidden, n, h, qd);
+    rms_norm(w.hidden, &w.residual, w.normed, l.post_attention_layernorm);
+    gemm(w.normed, l.gate_up_proj, nullptr, w.gate_up, n, 2 * inter, h);
     ops::silu_and_mul(platform_, {.x = w.gate_up.data(),
                                   .out = w.act.data(),
-                                  .dtype = DType::kF32,
+                                  .dtype = dtype_,
                                   .num_tokens = n,
                                   .inter = inter});
-    gemm(w.act.data_as<float>(), l.down_proj, nullptr, hidden, n, h, inter);
+    gemm(w.act, l.down_proj, nullptr, w.hidden, n, h, inter);
   }
-  // Final norm only for the rows whose logits are wanted.
-  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
-  auto* last = w.last.data_as<float>();
-  for (int64_t i = 0; i < rows; ++i) {
-    const int32_t t = batch.logits_indices[i];
-    KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
-    for (int64_t j = 0; j < h; ++j)
-      last[i * h + j] = residual[t * h + j] + hidden[t * h + j];
-  }
-  ops::rms_norm(platform_, {.x = last,
-                            .residual = nullptr,
-                            .out = last,
-                            .weight = final_norm_.data(),
-                            .dtype = DType::kF32,
-                            .rows = rows,
-                            .cols = h,
-                            .x_stride = h,
-                            .eps = eps});
-  logits.resize(static_cast<size_t>(rows) * c.vocab_size);
+  // The last MLP output joins the residual, the final norm runs, and the rows whose logits are
+  // wanted are gathered (an embedding lookup into the normed activations).
+  rms_norm(w.hidden, &w.residual, w.normed, final_norm_);
+  ops::embedding(platform_, {.table = w.normed.data(),
+                             .ids = logits_indices,
+                             .out = w.last.data(),
+                             .dtype = dtype_,
+                             .num_tokens = rows,
+                             .hidden = h,
+                             .vocab = n});
   const Tensor& head = lm_head_.empty() ? embed_tokens_ : lm_head_;
-  gemm(last, head, nullptr, logits.data(), rows, c.vocab_size, h);
+  ops::gemm(platform_, {.a = w.last.data(),
+                        .b = head.data(),
+                        .c = host_logits != nullptr ? host_logits : w.logits.data(),
+                        .dtype = dtype_,
+                        .c_f32 = true,
+                        .m = rows,
+                        .n = c.vocab_size,
+                        .k = h,
+                        .lda = h,
+                        .ldb = h,
+                        .ldc = c.vocab_size});
+}
+
+void CausalLM::forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
+                       std::vector<float>& logits) {
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  logits.resize(static_cast<size_t>(rows) * config_.vocab_size);
+  if (platform_.device().is_cpu()) {
+    run(batch, backend, logits.data());
+    return;
+  }
+  run(batch, backend, nullptr);
+  platform_.copy(logits.data(), ws_->logits.data(), logits.size() * sizeof(float),
+                 platform::CopyKind::kDeviceToHost);
+  platform_.synchronize();
+}
+
+void CausalLM::forward_greedy(const ForwardBatch& batch, attention::AttentionBackend& backend,
+                              std::vector<int32_t>& tokens) {
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  const int64_t vocab = config_.vocab_size;
+  tokens.resize(rows);
+  if (platform_.device().is_cpu()) {
+    std::vector<float> logits;
+    forward(batch, backend, logits);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits.data() + r * vocab;
+      tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+    return;
+  }
+  run(batch, backend, nullptr);
+  ops::argmax_rows(platform_, ws_->logits.data_as<float>(), rows, vocab,
+                   ws_->greedy.data_as<int32_t>());
+  platform_.copy(tokens.data(), ws_->greedy.data(), rows * sizeof(int32_t),
+                 platform::CopyKind::kDeviceToHost);
+  platform_.synchronize();
 }
 
 }  // namespace kvserve::model

@@ -1,8 +1,8 @@
 // Decoder-only causal language models of the Llama family: LlamaForCausalLM, Qwen2ForCausalLM
 // (q/k/v bias) and MistralForCausalLM. Weights are loaded from a Hugging Face checkpoint into the
-// platform's compute dtype (f32 on the CPU), with q/k/v and gate/up merged into one GEMM each
-// as SGLang does. Each attention layer stores its K/V into the pool and reads it back through
-// the attention backend.
+// platform's compute dtype (f32 on the CPU, bf16 on CUDA), with q/k/v and gate/up merged into one
+// GEMM each as SGLang does. Each attention layer stores its K/V into the pool and reads it back
+// through the attention backend.
 #pragma once
 
 #include <functional>
@@ -31,14 +31,23 @@ class CausalLM {
   const ModelConfig& config() const { return config_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
+  // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations; f32 accumulation).
+  DType dtype() const { return dtype_; }
+
   // One forward pass. `logits` becomes [batch.logits_indices.size(), vocab_size], f32, host.
   void forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
                std::vector<float>& logits);
+  // The same forward, then the argmax of each logits row (lowest id on ties), computed on the
+  // device so only the ids cross to the host: greedy decoding and bench-one-batch.
+  void forward_greedy(const ForwardBatch& batch, attention::AttentionBackend& backend,
+                      std::vector<int32_t>& tokens);
 
  private:
   struct Layer;
   struct Workspace;
   CausalLM(const ModelConfig& config, platform::Platform& platform);
+  // Runs the model; logits go to `host_logits` on the CPU, to the workspace on devices.
+  void run(const ForwardBatch& batch, attention::AttentionBackend& backend, float* host_logits);
 
   ModelConfig config_;
   platform::Platform& platform_;
@@ -46,7 +55,8 @@ class CausalLM {
   Tensor lm_head_;       // [vocab, hidden]; empty when tied to embed_tokens_
   Tensor final_norm_;    // [hidden]
   std::vector<Layer> layers_;
-  std::vector<float> inv_freq_;
+  DType dtype_;
+  Tensor inv_freq_;  // f32 [head_dim / 2] on the platform
   std::unique_ptr<Workspace> ws_;
   size_t weight_bytes_ = 0;
 };

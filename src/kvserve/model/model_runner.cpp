@@ -14,6 +14,10 @@ namespace {
 constexpr double kCpuDefaultMemFraction = 0.25;
 constexpr size_t kCpuDefaultKvCap = size_t{4} << 30;
 constexpr int32_t kCpuDefaultMaxRunning = 64;
+// On a GPU the KV cache takes this share of the memory left after the weights; the rest holds
+// activations, the cuBLASLt workspace and CUDA's own allocations.
+constexpr double kGpuDefaultMemFraction = 0.85;
+constexpr int32_t kGpuDefaultMaxRunning = 256;
 // Extra req_to_token columns beyond the context (SGLang: +4 for speculative slack).
 constexpr int32_t kContextSlack = 4;
 
@@ -58,10 +62,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   KV_ASSIGN_OR_RETURN(r->backend_,
                       attention::create_attention_backend(backend_name, *r->platform_));
 
-  DType kv_dtype = DType::kF32;  // the CPU platform's compute dtype
+  const bool on_cpu = device.is_cpu();
+  DType kv_dtype = r->model_->dtype();  // auto: the compute dtype
   if (o.kv_cache_dtype != "auto" && !parse_dtype(o.kv_cache_dtype, &kv_dtype)) {
     return invalid_argument("--kv-cache-dtype: unknown dtype '{}' (expected auto or one of {})",
                             o.kv_cache_dtype, dtype_choices());
+  }
+  if (!on_cpu && kv_dtype != DType::kBF16) {
+    return invalid_argument(
+        "--kv-cache-dtype {}: the CUDA attention backend reads a bf16 KV cache "
+        "(fp8 KV is not supported on CUDA yet)",
+        o.kv_cache_dtype);
   }
   const int64_t max_context =
       o.context_length > 0 ? o.context_length : config.max_position_embeddings;
@@ -75,14 +86,16 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
                          .dtype = kv_dtype};
   int64_t tokens = o.max_total_tokens;
   if (tokens <= 0) {
-    const double fraction =
-        o.mem_fraction_static > 0 ? o.mem_fraction_static : kCpuDefaultMemFraction;
+    const double fraction = o.mem_fraction_static > 0 ? o.mem_fraction_static
+                            : on_cpu                  ? kCpuDefaultMemFraction
+                                                      : kGpuDefaultMemFraction;
     size_t budget = static_cast<size_t>(r->platform_->memory_info().free_bytes * fraction);
-    if (o.mem_fraction_static == 0) budget = std::min(budget, kCpuDefaultKvCap);
+    if (o.mem_fraction_static == 0 && on_cpu) budget = std::min(budget, kCpuDefaultKvCap);
     tokens = static_cast<int64_t>(budget / pool.bytes_per_token());
     // More slots than every row filled to the context can never be used.
-    const int32_t rows_for_cap =
-        o.max_running_requests > 0 ? o.max_running_requests : kCpuDefaultMaxRunning;
+    const int32_t rows_for_cap = o.max_running_requests > 0 ? o.max_running_requests
+                                 : on_cpu                   ? kCpuDefaultMaxRunning
+                                                            : kGpuDefaultMaxRunning;
     tokens = std::min<int64_t>(tokens, int64_t{rows_for_cap} * (r->context_len_ + kContextSlack));
   }
   tokens = mem::floor_align(tokens, o.page_size);
@@ -93,7 +106,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   pool.size = tokens;
   KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
   r->allocator_ = mem::make_allocator(tokens, o.page_size);
-  const int32_t rows = o.max_running_requests > 0 ? o.max_running_requests : kCpuDefaultMaxRunning;
+  const int32_t rows = o.max_running_requests > 0 ? o.max_running_requests
+                       : on_cpu                   ? kCpuDefaultMaxRunning
+                                                  : kGpuDefaultMaxRunning;
   r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(rows, r->context_len_ + kContextSlack);
   return r;
 }
@@ -103,6 +118,13 @@ void ModelRunner::forward(ForwardBatch& batch, std::vector<float>& logits) {
   batch.kv_pool = kv_pool_.get();
   backend_->init_forward_metadata(batch);
   model_->forward(batch, *backend_, logits);
+}
+
+void ModelRunner::forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens) {
+  batch.req_to_token = req_to_token_.get();
+  batch.kv_pool = kv_pool_.get();
+  backend_->init_forward_metadata(batch);
+  model_->forward_greedy(batch, *backend_, tokens);
 }
 
 std::string ModelRunner::summary() const {

@@ -24,10 +24,11 @@ struct ModelRunnerOptions {
   std::string attention_backend;        // empty: the device's default
   std::string kv_cache_dtype = "auto";  // auto: the compute dtype (f32 on the CPU)
   int64_t max_total_tokens = 0;         // 0: from mem_fraction_static
-  double mem_fraction_static = 0;       // 0: the device's default (CPU: 0.25, at most 4 GiB)
-  int32_t max_running_requests = 0;     // 0: the device's default (CPU: 64)
-  int64_t context_length = 0;           // 0: the config's max_position_embeddings
-  bool show_progress = false;           // a progress bar on stderr while weights load
+  double mem_fraction_static = 0;  // of the free memory after the weights; 0: the device's default
+                                   // (CPU: 0.25, at most 4 GiB; CUDA: 0.85)
+  int32_t max_running_requests = 0;  // 0: the device's default (CPU: 64, CUDA: 256)
+  int64_t context_length = 0;        // 0: the config's max_position_embeddings
+  bool show_progress = false;        // a progress bar on stderr while weights load
 };
 
 class ModelRunner {
@@ -49,6 +50,8 @@ class ModelRunner {
 
   // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab].
   void forward(ForwardBatch& batch, std::vector<float>& logits);
+  // The same, keeping only each row's argmax (computed on the device).
+  void forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens);
 
   // "KV cache: f32, 131072 tokens (12.0 MiB), page size 16; weights 5.3 MiB; backend cpu"
   std::string summary() const;

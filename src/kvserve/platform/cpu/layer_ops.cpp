@@ -127,4 +127,32 @@ void silu_and_mul(const SiluAndMulParams& p) {
   }
 }
 
+void split_qkv_rope(const SplitQkvRopeParams& p) {
+  require_f32(p.dtype, "split_qkv_rope");
+  const int64_t qd = static_cast<int64_t>(p.num_heads) * p.head_dim;
+  const int64_t kvd = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const int64_t cols = qd + 2 * kvd;
+  const auto* qkv = static_cast<const float*>(p.qkv);
+  auto* q = static_cast<float*>(p.q);
+  auto* k = static_cast<float*>(p.k);
+  auto* v = static_cast<float*>(p.v);
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    std::memcpy(q + t * qd, qkv + t * cols, qd * sizeof(float));
+    std::memcpy(k + t * kvd, qkv + t * cols + qd, kvd * sizeof(float));
+    std::memcpy(v + t * kvd, qkv + t * cols + qd + kvd, kvd * sizeof(float));
+  }
+  rope({.q = q,
+        .k = k,
+        .dtype = p.dtype,
+        .positions = p.positions,
+        .inv_freq = p.inv_freq,
+        .num_tokens = p.num_tokens,
+        .q_stride = qd,
+        .k_stride = kvd,
+        .num_heads = p.num_heads,
+        .num_kv_heads = p.num_kv_heads,
+        .head_dim = p.head_dim,
+        .rotary_dim = p.rotary_dim});
+}
+
 }  // namespace kvserve::ops::cpu

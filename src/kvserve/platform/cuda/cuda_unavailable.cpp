@@ -29,6 +29,35 @@ void paged_decode(const ops::PagedDecodeParams& /*params*/, StreamHandle /*strea
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
+void embedding(const ops::EmbeddingParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void rms_norm(const ops::RmsNormParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void rope(const ops::RopeParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void silu_and_mul(const ops::SiluAndMulParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void split_qkv_rope(const ops::SplitQkvRopeParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void gemm(const ops::GemmParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void argmax_rows(const float* /*logits*/, int64_t /*rows*/, int64_t /*vocab*/, int32_t* /*out*/,
+                 StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
 int multiprocessor_count() {
   KV_CHECK(false, "CUDA called in a build without CUDA");
   return 0;

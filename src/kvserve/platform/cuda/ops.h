@@ -4,7 +4,9 @@
 #pragma once
 
 #include "kvserve/platform/handles.h"
+#include "kvserve/platform/ops/gemm_params.h"
 #include "kvserve/platform/ops/kv_store_params.h"
+#include "kvserve/platform/ops/layer_ops_params.h"
 #include "kvserve/platform/ops/paged_decode_params.h"
 
 namespace kvserve::platform::cuda {
@@ -13,5 +15,18 @@ void store_kv(const ops::KvStoreParams& params, StreamHandle stream);
 void paged_decode(const ops::PagedDecodeParams& params, StreamHandle stream);
 // Streaming multiprocessors of the current device (for split decisions).
 int multiprocessor_count();
+
+// Decoder-layer ops (layer_ops.cu), bf16 or f32 activations, f32 arithmetic.
+void embedding(const ops::EmbeddingParams& params, StreamHandle stream);
+void rms_norm(const ops::RmsNormParams& params, StreamHandle stream);
+void rope(const ops::RopeParams& params, StreamHandle stream);
+void silu_and_mul(const ops::SiluAndMulParams& params, StreamHandle stream);
+void split_qkv_rope(const ops::SplitQkvRopeParams& params, StreamHandle stream);
+// Greedy sampling on the device: out[r] = argmax(logits[r, :vocab]) (lowest index on ties).
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
+                 StreamHandle stream);
+
+// cuBLASLt (gemm.cpp): bf16/f16/f32 inputs, f32 accumulation, one algorithm per shape.
+void gemm(const ops::GemmParams& params, StreamHandle stream);
 
 }  // namespace kvserve::platform::cuda

@@ -34,9 +34,10 @@ __global__ void __launch_bounds__(kThreads)
     paged_decode_kernel(const __grid_constant__ ops::PagedDecodeParams p) {
   constexpr int kLanes = HEAD_DIM / kVec;     // threads per token row
   constexpr int kGroups = kThreads / kLanes;  // token groups per block
-  const int b = blockIdx.z;
+  // Requests (or the query tokens of an extend, up to 2^31 - 1) on x; splits on z (<= 65535).
+  const int b = blockIdx.x;
   const int kvh = blockIdx.y;
-  const int split = blockIdx.x;
+  const int split = blockIdx.z;
   const int lane = threadIdx.x % kLanes;
   const int grp = threadIdx.x / kLanes;
   const int seq = p.seq_lens[b];
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(HEAD_DIM)
 
 template <int HEAD_DIM, int GROUP, int PAGE_SIZE>
 void launch(const ops::PagedDecodeParams& p, cudaStream_t stream) {
-  const dim3 grid(p.num_splits, p.num_kv_heads, p.batch);
+  const dim3 grid(p.batch, p.num_kv_heads, p.num_splits);
   paged_decode_kernel<HEAD_DIM, GROUP, PAGE_SIZE><<<grid, kThreads, 0, stream>>>(p);
   KV_CUDA_CHECK(cudaGetLastError());
   if (p.num_splits > 1) {

@@ -1,44 +1,66 @@
 #include "kvserve/platform/ops/layer_ops.h"
 
+#include <algorithm>
+
+#include "kvserve/platform/cuda/ops.h"
 #include "kvserve/platform/ops/gemm.h"
 
 namespace kvserve::ops {
 namespace {
 
-// The one boundary where an op meets a platform. CUDA kernels for these arrive with the CUDA
-// model runner; until then a CUDA platform never reaches here (the runner refuses to start).
-void require_cpu(const platform::Platform& p, const char* op) {
-  KV_CHECK(p.device().is_cpu(), "{} has no kernel for {} yet", op, p.device().to_string());
+// The one boundary where an op meets a platform: the CPU kernels run on the calling thread, the
+// CUDA ones are queued on `stream`.
+template <typename Params>
+void dispatch(platform::Platform& p, const Params& params, platform::StreamHandle stream,
+              void (*on_cpu)(const Params&),
+              void (*on_cuda)(const Params&, platform::StreamHandle)) {
+  switch (p.device().kind) {
+    case DeviceKind::kCpu:
+      return on_cpu(params);
+    case DeviceKind::kCuda:
+      return on_cuda(params, stream);
+  }
 }
 
 }  // namespace
 
-void gemm(platform::Platform& p, const GemmParams& params, platform::StreamHandle /*stream*/) {
-  require_cpu(p, "gemm");
-  cpu::gemm(params);
+void gemm(platform::Platform& p, const GemmParams& params, platform::StreamHandle stream) {
+  dispatch(p, params, stream, cpu::gemm, platform::cuda::gemm);
 }
 
 void embedding(platform::Platform& p, const EmbeddingParams& params,
-               platform::StreamHandle /*stream*/) {
-  require_cpu(p, "embedding");
-  cpu::embedding(params);
+               platform::StreamHandle stream) {
+  dispatch(p, params, stream, cpu::embedding, platform::cuda::embedding);
 }
 
-void rms_norm(platform::Platform& p, const RmsNormParams& params,
-              platform::StreamHandle /*stream*/) {
-  require_cpu(p, "rms_norm");
-  cpu::rms_norm(params);
+void rms_norm(platform::Platform& p, const RmsNormParams& params, platform::StreamHandle stream) {
+  dispatch(p, params, stream, cpu::rms_norm, platform::cuda::rms_norm);
 }
 
-void rope(platform::Platform& p, const RopeParams& params, platform::StreamHandle /*stream*/) {
-  require_cpu(p, "rope");
-  cpu::rope(params);
+void rope(platform::Platform& p, const RopeParams& params, platform::StreamHandle stream) {
+  dispatch(p, params, stream, cpu::rope, platform::cuda::rope);
 }
 
 void silu_and_mul(platform::Platform& p, const SiluAndMulParams& params,
-                  platform::StreamHandle /*stream*/) {
-  require_cpu(p, "silu_and_mul");
-  cpu::silu_and_mul(params);
+                  platform::StreamHandle stream) {
+  dispatch(p, params, stream, cpu::silu_and_mul, platform::cuda::silu_and_mul);
+}
+
+void split_qkv_rope(platform::Platform& p, const SplitQkvRopeParams& params,
+                    platform::StreamHandle stream) {
+  dispatch(p, params, stream, cpu::split_qkv_rope, platform::cuda::split_qkv_rope);
+}
+
+void argmax_rows(platform::Platform& p, const float* logits, int64_t rows, int64_t vocab,
+                 int32_t* out, platform::StreamHandle stream) {
+  if (p.device().kind == DeviceKind::kCuda) {
+    platform::cuda::argmax_rows(logits, rows, vocab, out, stream);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * vocab;
+    out[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
 }
 
 }  // namespace kvserve::ops

@@ -5,63 +5,10 @@
 
 #include <cstdint>
 
-#include "kvserve/core/dtype.h"
+#include "kvserve/platform/ops/layer_ops_params.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::ops {
-
-// out[t, :] = table[ids[t], :]
-struct EmbeddingParams {
-  const void* table = nullptr;   // [vocab, hidden]
-  const int32_t* ids = nullptr;  // [num_tokens], each in [0, vocab)
-  void* out = nullptr;           // [num_tokens, hidden]
-  DType dtype = DType::kF32;
-  int64_t num_tokens = 0;
-  int64_t hidden = 0;
-  int64_t vocab = 0;
-};
-
-// With `residual`: residual = x + residual; out = rmsnorm(residual). Without: out = rmsnorm(x).
-// rmsnorm(v) = v / sqrt(mean(v^2) + eps) * weight. `out` may alias `x`.
-struct RmsNormParams {
-  const void* x = nullptr;       // [rows, cols], row stride x_stride
-  void* residual = nullptr;      // [rows, cols] contiguous, or null
-  void* out = nullptr;           // [rows, cols] contiguous
-  const void* weight = nullptr;  // [cols]
-  DType dtype = DType::kF32;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  int64_t x_stride = 0;
-  float eps = 1e-6f;
-};
-
-// Rotates q and k in place (rotate-half / GPT-NeoX layout): for i < rotary_dim / 2, with
-// angle = positions[t] * inv_freq[i]:
-//   x[i]       = x[i] * cos - x[i + rotary_dim/2] * sin
-//   x[i + d/2] = x[i + d/2] * cos + x[i] * sin
-struct RopeParams {
-  void* q = nullptr;  // [num_tokens, num_heads, head_dim], token stride q_stride
-  void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], token stride k_stride
-  DType dtype = DType::kF32;
-  const int32_t* positions = nullptr;  // [num_tokens]
-  const float* inv_freq = nullptr;     // [rotary_dim / 2]
-  int64_t num_tokens = 0;
-  int64_t q_stride = 0;
-  int64_t k_stride = 0;
-  int32_t num_heads = 0;
-  int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;
-  int32_t rotary_dim = 0;
-};
-
-// out[t, i] = silu(x[t, i]) * x[t, inter + i]   (x = [gate | up], as a merged gate_up_proj)
-struct SiluAndMulParams {
-  const void* x = nullptr;  // [num_tokens, 2 * inter]
-  void* out = nullptr;      // [num_tokens, inter]
-  DType dtype = DType::kF32;
-  int64_t num_tokens = 0;
-  int64_t inter = 0;
-};
 
 void embedding(platform::Platform& p, const EmbeddingParams& params,
                platform::StreamHandle stream = {});
@@ -70,12 +17,18 @@ void rms_norm(platform::Platform& p, const RmsNormParams& params,
 void rope(platform::Platform& p, const RopeParams& params, platform::StreamHandle stream = {});
 void silu_and_mul(platform::Platform& p, const SiluAndMulParams& params,
                   platform::StreamHandle stream = {});
+void split_qkv_rope(platform::Platform& p, const SplitQkvRopeParams& params,
+                    platform::StreamHandle stream = {});
+// out[r] = argmax(logits[r, :vocab]), the lowest index on ties (greedy sampling on the device).
+void argmax_rows(platform::Platform& p, const float* logits, int64_t rows, int64_t vocab,
+                 int32_t* out, platform::StreamHandle stream = {});
 
 namespace cpu {
 void embedding(const EmbeddingParams& params);
 void rms_norm(const RmsNormParams& params);
 void rope(const RopeParams& params);
 void silu_and_mul(const SiluAndMulParams& params);
+void split_qkv_rope(const SplitQkvRopeParams& params);
 }  // namespace cpu
 
 }  // namespace kvserve::ops

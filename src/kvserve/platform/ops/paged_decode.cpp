@@ -29,6 +29,10 @@ PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t nu
   return plan;
 }
 
+int32_t num_compute_units(platform::Platform& platform) {
+  return platform.device().kind == DeviceKind::kCuda ? platform::cuda::multiprocessor_count() : 1;
+}
+
 void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
                   platform::StreamHandle stream) {
   KV_CHECK(platform.device().kind == DeviceKind::kCuda,

@@ -22,6 +22,9 @@ struct PagedDecodePlan {
 PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                   int32_t head_dim, int32_t max_seq_len, int32_t num_sms);
 
+// Streaming multiprocessors of a CUDA platform's device (1 on the CPU): the split decision's input.
+int32_t num_compute_units(platform::Platform& platform);
+
 // Runs on `stream`. CUDA only for now; the CPU platform's attention is the `cpu` backend.
 void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
                   platform::StreamHandle stream = {});

@@ -20,12 +20,14 @@ struct PagedDecodeParams {
   const void* q = nullptr;        // [batch, num_q_heads, head_dim] bf16
   const void* k_cache = nullptr;  // [num_slots, num_kv_heads, head_dim] bf16
   const void* v_cache = nullptr;
-  const int32_t* page_indptr = nullptr;  // [batch + 1]
-  const int32_t* page_ids = nullptr;     // [page_indptr[batch]]
-  const int32_t* seq_lens = nullptr;     // [batch]
-  void* out = nullptr;                   // [batch, num_q_heads, head_dim] bf16
-  float* partial_out = nullptr;  // [batch, num_q_heads, num_splits, head_dim], num_splits > 1
-  float* partial_lse = nullptr;  // [batch, num_q_heads, num_splits] (log2 domain)
+  // Where query b's page list starts in page_ids: a CSR indptr works as is, and queries of one
+  // request (the tokens of an extend) may share a list, each seeing its own seq_lens[b] prefix.
+  const int32_t* page_indptr = nullptr;  // [batch] (or [batch + 1])
+  const int32_t* page_ids = nullptr;
+  const int32_t* seq_lens = nullptr;  // [batch]
+  void* out = nullptr;                // [batch, num_q_heads, head_dim] bf16
+  float* partial_out = nullptr;       // [batch, num_q_heads, num_splits, head_dim], num_splits > 1
+  float* partial_lse = nullptr;       // [batch, num_q_heads, num_splits] (log2 domain)
   int32_t batch = 0;
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;

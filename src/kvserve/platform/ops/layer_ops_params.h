@@ -1,0 +1,81 @@
+// Parameters of the decoder-layer ops (fmt-free: CUDA sources include it).
+#pragma once
+
+#include <cstdint>
+
+#include "kvserve/core/dtype.h"
+
+namespace kvserve::ops {
+
+// out[t, :] = table[ids[t], :]
+struct EmbeddingParams {
+  const void* table = nullptr;   // [vocab, hidden]
+  const int32_t* ids = nullptr;  // [num_tokens], each in [0, vocab)
+  void* out = nullptr;           // [num_tokens, hidden]
+  DType dtype = DType::kF32;
+  int64_t num_tokens = 0;
+  int64_t hidden = 0;
+  int64_t vocab = 0;
+};
+
+// With `residual`: residual = x + residual; out = rmsnorm(residual). Without: out = rmsnorm(x).
+// rmsnorm(v) = v / sqrt(mean(v^2) + eps) * weight. `out` may alias `x`.
+struct RmsNormParams {
+  const void* x = nullptr;       // [rows, cols], row stride x_stride
+  void* residual = nullptr;      // [rows, cols] contiguous, or null
+  void* out = nullptr;           // [rows, cols] contiguous
+  const void* weight = nullptr;  // [cols]
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t x_stride = 0;
+  float eps = 1e-6f;
+};
+
+// Rotates q and k in place (rotate-half / GPT-NeoX layout): for i < rotary_dim / 2, with
+// angle = positions[t] * inv_freq[i]:
+//   x[i]       = x[i] * cos - x[i + rotary_dim/2] * sin
+//   x[i + d/2] = x[i + d/2] * cos + x[i] * sin
+struct RopeParams {
+  void* q = nullptr;  // [num_tokens, num_heads, head_dim], token stride q_stride
+  void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], token stride k_stride
+  DType dtype = DType::kF32;
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;     // [rotary_dim / 2]
+  int64_t num_tokens = 0;
+  int64_t q_stride = 0;
+  int64_t k_stride = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t rotary_dim = 0;
+};
+
+// out[t, i] = silu(x[t, i]) * x[t, inter + i]   (x = [gate | up], as a merged gate_up_proj)
+struct SiluAndMulParams {
+  const void* x = nullptr;  // [num_tokens, 2 * inter]
+  void* out = nullptr;      // [num_tokens, inter]
+  DType dtype = DType::kF32;
+  int64_t num_tokens = 0;
+  int64_t inter = 0;
+};
+
+// Splits a fused qkv projection [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim] into
+// contiguous q [num_tokens, num_heads, head_dim], k and v [num_tokens, num_kv_heads, head_dim],
+// rotating q and k as `RopeParams` says (positions and inv_freq on the op's device).
+struct SplitQkvRopeParams {
+  const void* qkv = nullptr;
+  void* q = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kF32;
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;     // [rotary_dim / 2]
+  int64_t num_tokens = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t rotary_dim = 0;
+};
+
+}  // namespace kvserve::ops

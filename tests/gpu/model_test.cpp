@@ -1,0 +1,304 @@
+// The whole model on CUDA (bf16 weights, activations and KV cache; cuBLASLt; cuda-paged attention)
+// against the same checkpoint on the CPU (f32, the `cpu` backend, itself checked against
+// transformers by the oracle tests):
+//   * a random-weight Qwen2.5-0.5B-shaped model (q/k/v bias, GQA 14/2, head_dim 64): logits of a
+//     prefill, of an extend over a cached prefix and of decode steps, teacher-forced with the
+//     CPU's greedy tokens, for page sizes 1, 16, 64 and 128 and requests of 1, 33 and 200 tokens;
+//   * the trained demo model (models/demo-lm): greedy tokens over 32 steps equal the CPU's, except
+//     where bf16 flips a near-tie (the CPU's logprobs of both tokens within 0.05 nats).
+// Skips itself without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "kvserve/engine/generate.h"
+#include "kvserve/mem/allocation.h"
+#include "kvserve/mem/chunk_cache.h"
+#include "kvserve/model/make_model.h"
+#include "kvserve/model/model_runner.h"
+#include "kvserve/platform/platform.h"
+#include "kvserve/tokenizer/tokenizer.h"
+
+namespace kvserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool have_cuda() {
+  return platform::create_platform(Device{DeviceKind::kCuda, 0}).is_ok();
+}
+
+std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, const std::string& device,
+                                                int32_t page_size) {
+  model::ModelRunnerOptions o;
+  o.device = device;
+  o.page_size = page_size;
+  o.max_total_tokens = 4096;
+  o.max_running_requests = 8;
+  auto r = model::ModelRunner::create(dir, o);
+  KV_CHECK(r.is_ok(), "{}: {}", dir.string(), r.status().to_string());
+  return std::move(r).value();
+}
+
+// Drives one runner through extends and decodes of a fixed set of requests, returning logits.
+class Session {
+ public:
+  Session(model::ModelRunner& r, size_t n)
+      : runner_(r), cache_(r.req_to_token(), r.allocator()), kv_(n), tokens_(n) {}
+  ~Session() {
+    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
+    for (size_t b = 0; b < kv_.size(); ++b) {
+      if (kv_[b].row != mem::kNoRow) mem::release_kv_cache(memory, kv_[b], tokens_[b], false);
+    }
+  }
+
+  // Appends new[b] to request b (a prefill, or an extend over what it has) and returns the logits
+  // of each request's last token, [n, vocab].
+  std::vector<float> step(const std::vector<std::vector<int32_t>>& add, bool decode) {
+    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
+    std::vector<mem::KvReqState*> states;
+    std::vector<int32_t> seq_lens;
+    std::vector<model::ForwardRequest> fwd;
+    for (size_t b = 0; b < kv_.size(); ++b) {
+      states.push_back(&kv_[b]);
+      const int32_t prefix = kv_[b].kv_allocated_len;
+      if (kv_[b].row != mem::kNoRow) {
+        const auto row = runner_.req_to_token().row(kv_[b].row, 0, prefix);
+        kv_[b].prefix_indices.assign(row.begin(), row.end());
+      }
+      seq_lens.push_back(prefix + static_cast<int32_t>(add[b].size()));
+      tokens_[b].insert(tokens_[b].end(), add[b].begin(), add[b].end());
+    }
+    std::vector<int32_t> loc;
+    Status s = decode ? mem::alloc_for_decode(memory, states, loc)
+                      : mem::alloc_for_extend(memory, states, seq_lens, loc);
+    KV_CHECK(s.is_ok(), "{}", s.to_string());
+    for (size_t b = 0; b < kv_.size(); ++b) {
+      fwd.push_back({kv_[b].row, seq_lens[b] - static_cast<int32_t>(add[b].size()), add[b]});
+    }
+    model::ForwardBatch batch = model::make_forward_batch(
+        decode ? model::ForwardMode::kDecode : model::ForwardMode::kExtend, fwd, std::move(loc),
+        runner_.req_to_token(), runner_.kv_pool());
+    std::vector<float> logits;
+    runner_.forward(batch, logits);
+    return logits;
+  }
+
+ private:
+  model::ModelRunner& runner_;
+  mem::ChunkCache cache_;
+  std::vector<mem::KvReqState> kv_;
+  std::vector<std::vector<int32_t>> tokens_;
+};
+
+struct Agreement {
+  double rel_l2 = 0;   // ||cuda - cpu|| / ||cpu|| over all rows
+  double max_abs = 0;  // largest elementwise difference
+  int confident = 0;   // rows whose CPU top-1 leads its top-2 by more than 0.05 x logit std
+  int confident_agree = 0;
+};
+
+Agreement compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int64_t vocab) {
+  Agreement a;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double d = double(gpu[i]) - cpu[i];
+    num += d * d;
+    den += double(cpu[i]) * cpu[i];
+    a.max_abs = std::max(a.max_abs, std::abs(d));
+  }
+  a.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
+  for (size_t r = 0; r < cpu.size() / vocab; ++r) {
+    const float* c = cpu.data() + r * vocab;
+    const float* g = gpu.data() + r * vocab;
+    double mean = 0, sq = 0;
+    int64_t top = 0, second = -1;
+    for (int64_t i = 0; i < vocab; ++i) {
+      mean += c[i];
+      sq += double(c[i]) * c[i];
+      if (c[i] > c[top]) top = i;
+    }
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (i != top && (second < 0 || c[i] > c[second])) second = i;
+    }
+    mean /= vocab;
+    const double sd = std::sqrt(std::max(sq / vocab - mean * mean, 0.0));
+    if (c[top] - c[second] > 0.05 * sd) {
+      ++a.confident;
+      a.confident_agree += (std::max_element(g, g + vocab) - g) == top;
+    }
+  }
+  return a;
+}
+
+std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab) {
+  std::vector<int32_t> out;
+  for (size_t r = 0; r < logits.size() / vocab; ++r) {
+    const float* row = logits.data() + r * vocab;
+    out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+  }
+  return out;
+}
+
+class RandomModelTest : public testing::TestWithParam<int32_t> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!have_cuda()) return;
+    dir_ = new fs::path(fs::temp_directory_path() / "kvserve-gpu-model-test-qwen");
+    model::MakeModelOptions o;
+    o.preset = "qwen2.5-0.5b-shape";
+    o.output = *dir_;
+    o.seed = 7;
+    o.force = true;
+    auto made = model::make_model(o);
+    KV_CHECK(made.is_ok(), "{}", made.status().to_string());
+  }
+  static void TearDownTestSuite() {
+    if (dir_ != nullptr) fs::remove_all(*dir_);
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  }
+  static fs::path* dir_;
+};
+fs::path* RandomModelTest::dir_ = nullptr;
+
+TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
+  const int32_t page_size = GetParam();
+  auto cpu = make_runner(*dir_, "cpu", page_size);
+  auto gpu = make_runner(*dir_, "cuda", page_size);
+  const int64_t vocab = cpu->config().vocab_size;
+  const uint64_t seed = 1234 + page_size;
+  std::cout << "[ seed     ] " << seed << std::endl;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, 20000);
+  auto random_ids = [&](int n) {
+    std::vector<int32_t> v(n);
+    for (int32_t& x : v)
+      x = id(rng);
+    return v;
+  };
+  const std::vector<int> lens = {1, 33, 200};
+  Session sc(*cpu, lens.size()), sg(*gpu, lens.size());
+  auto check = [&](const char* stage, const std::vector<std::vector<int32_t>>& add, bool decode) {
+    const std::vector<float> lc = sc.step(add, decode);
+    const std::vector<float> lg = sg.step(add, decode);
+    const Agreement a = compare(lc, lg, vocab);
+    std::cout << "[ " << stage << " ] page " << page_size << ": rel L2 " << a.rel_l2
+              << ", max |diff| " << a.max_abs << ", confident top-1 " << a.confident_agree << "/"
+              << a.confident << std::endl;
+    EXPECT_LT(a.rel_l2, 0.03) << stage;
+    EXPECT_GE(a.confident_agree, a.confident - a.confident / 10) << stage;
+    return argmax_rows(lc, vocab);
+  };
+  // Prefill of the first 40%, an extend of the rest over the cached prefix, then decode steps
+  // fed with the CPU's greedy tokens.
+  std::vector<std::vector<int32_t>> first, rest;
+  for (int n : lens) {
+    std::vector<int32_t> p = random_ids(n);
+    const int cut = std::max(1, n * 2 / 5);
+    first.emplace_back(p.begin(), p.begin() + cut);
+    rest.emplace_back(p.begin() + cut, p.end());
+  }
+  check("prefill", first, false);
+  for (size_t b = 0; b < rest.size(); ++b) {
+    if (rest[b].empty()) rest[b].push_back(id(rng));  // every request computes something
+  }
+  std::vector<int32_t> next = check("extend ", rest, false);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<int32_t>> add;
+    for (int32_t t : next)
+      add.push_back({t});
+    next = check("decode ", add, true);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PageSizes, RandomModelTest, testing::Values(1, 16, 64, 128),
+                         [](const testing::TestParamInfo<int32_t>& i) {
+                           return "page" + std::to_string(i.param);
+                         });
+
+fs::path demo_model_dir() {
+  if (const char* env = std::getenv("KVSERVE_DEMO_MODEL")) return env;
+  for (const fs::path& p : {fs::path("models/demo-lm"), fs::path("../models/demo-lm"),
+                            fs::path(KVSERVE_SOURCE_MODELS_DIR) / "demo-lm"}) {
+    if (fs::exists(p / "config.json")) return p;
+  }
+  return {};
+}
+
+TEST(DemoModelGpuTest, GreedyTokensEqualTheCpus) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = demo_model_dir();
+  ASSERT_FALSE(dir.empty()) << "models/demo-lm not found (set KVSERVE_DEMO_MODEL)";
+  auto tok = tokenizer::Tokenizer::from_directory(dir);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  std::vector<std::string> prompts = {
+      "The", "Q: What is the difference between a duck?\nA:",
+      "A computer scientist is someone who, when told to \"Go to Hell\", sees the \"go to\", "
+      "rather than the destination, as harmful.",
+      ""};
+  for (int i = 0; i < 12; ++i)
+    prompts.back() +=
+        "It is a truth universally acknowledged that every program has one more bug. ";
+  int identical = 0, prompts_run = 0;
+  for (const int32_t page_size : {1, 16, 64, 128}) {
+    auto cpu = make_runner(dir, "cpu", page_size);
+    auto gpu = make_runner(dir, "cuda", page_size);
+    std::vector<engine::GenerateRequest> reqs;
+    for (const std::string& p : prompts) {
+      engine::GenerateRequest r;
+      r.input_ids = (*tok)->encode(p);
+      r.sampling.temperature = 0;
+      r.sampling.max_new_tokens = 32;
+      r.sampling.ignore_eos = true;
+      r.sampling.return_logprob = true;
+      r.sampling.top_logprobs_num = 5;
+      reqs.push_back(std::move(r));
+    }
+    mem::ChunkCache cc(cpu->req_to_token(), cpu->allocator());
+    mem::ChunkCache cg(gpu->req_to_token(), gpu->allocator());
+    auto out_cpu = engine::generate(*cpu, cc, reqs);
+    auto out_gpu = engine::generate(*gpu, cg, reqs);
+    ASSERT_TRUE(out_cpu.is_ok()) << out_cpu.status().to_string();
+    ASSERT_TRUE(out_gpu.is_ok()) << out_gpu.status().to_string();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const engine::GenerateResult& c = (*out_cpu)[i];
+      const engine::GenerateResult& g = (*out_gpu)[i];
+      ASSERT_EQ(c.output_ids.size(), g.output_ids.size());
+      const auto diverge = static_cast<size_t>(
+          std::mismatch(c.output_ids.begin(), c.output_ids.end(), g.output_ids.begin()).first -
+          c.output_ids.begin());
+      ++prompts_run;
+      if (diverge == c.output_ids.size()) {
+        ++identical;
+        continue;
+      }
+      // bf16 may flip a near-tie: allowed only where the CPU's own logprobs of the two tokens
+      // are within 0.05 nats (after that the sequences legitimately differ).
+      float gap = INFINITY;
+      for (const auto& [id, lp] : c.top_logprobs[diverge]) {
+        if (id == g.output_ids[diverge]) gap = c.output_logprobs[diverge] - lp;
+      }
+      std::cout << "[ near-tie ] page " << page_size << ", prompt " << i << ": step " << diverge
+                << " of 32, CPU logprob gap " << gap
+                << "\nCPU: " << (*tok)->decode(c.output_ids, true)
+                << "\nGPU: " << (*tok)->decode(g.output_ids, true) << std::endl;
+      EXPECT_LT(gap, 0.05f) << "page " << page_size << ", prompt " << i << " ("
+                            << reqs[i].input_ids.size() << " tokens) diverges at step " << diverge;
+    }
+  }
+  std::cout << "[ greedy   ] " << identical << " of " << prompts_run
+            << " (page size, prompt) pairs identical over 32 steps" << std::endl;
+  EXPECT_GE(identical, prompts_run * 3 / 4);
+}
+
+}  // namespace
+}  // namespace kvserve
