@@ -11,7 +11,8 @@
 
 namespace kvserve::model {
 
-enum class TensorInit { kNormal, kOnes };
+// kSinusoidal: Whisper's encoder positions (whisper_checkpoint_layout.h), not learned.
+enum class TensorInit { kNormal, kOnes, kSinusoidal };
 
 struct CheckpointTensor {
   TensorSpec spec;

@@ -5,12 +5,16 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "kvserve/model/checkpoint_layout.h"
 #include "kvserve/model/presets.h"
 #include "kvserve/model/random_weights.h"
 #include "kvserve/model/safetensors_writer.h"
+#include "kvserve/model/synthetic_tokenizer.h"
+#include "kvserve/model/whisper_checkpoint_layout.h"
+#include "kvserve/model/whisper_presets.h"
+#include "kvserve/model/whisper_tokenizer.h"
 
 namespace kvserve::model {
 namespace {
@@ -76,23 +80,30 @@ class WeightFiller {
  public:
   WeightFiller(uint64_t seed, int threads, const std::vector<CheckpointTensor>& tensors)
       : seed_(seed), threads_(threads) {
-    for (const CheckpointTensor& t : tensors) {
-      if (t.init == TensorInit::kOnes) ones_.insert(t.spec.name);
-    }
+    for (const CheckpointTensor& t : tensors)
+      init_[t.spec.name] = t.init;
   }
 
   Status operator()(const TensorSpec& spec, ByteSink& out) {
     const uint64_t numel = *shape_numel(spec.shape);
     const size_t elem = dtype_size(spec.dtype);
     const uint64_t key = tensor_key(seed_, spec.name);
-    const bool ones = ones_.contains(spec.name);
+    const auto it = init_.find(spec.name);
+    const TensorInit init = it == init_.end() ? TensorInit::kNormal : it->second;
     const size_t chunk = static_cast<size_t>(std::min<uint64_t>(numel, kChunk));
     scratch_.resize(chunk);
     bytes_.resize(chunk * elem);
     for (uint64_t first = 0; first < numel; first += chunk) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, numel - first));
-      if (ones) {
+      if (init == TensorInit::kOnes) {
         std::fill_n(scratch_.data(), n, 1.0f);
+        convert_elements(scratch_.data(), DType::kF32, bytes_.data(), spec.dtype, n);
+      } else if (init == TensorInit::kSinusoidal) {
+        const int64_t channels = spec.shape.back();
+        for (size_t j = 0; j < n; ++j) {
+          const auto e = static_cast<int64_t>(first + j);
+          scratch_[j] = whisper_sinusoid(e / channels, e % channels, channels);
+        }
         convert_elements(scratch_.data(), DType::kF32, bytes_.data(), spec.dtype, n);
       } else {
         generate_normal(key, first, n, kInitStd, spec.dtype, threads_, scratch_.data(),
@@ -106,7 +117,7 @@ class WeightFiller {
  private:
   uint64_t seed_;
   int threads_;
-  std::unordered_set<std::string> ones_;
+  std::unordered_map<std::string, TensorInit> init_;
   std::vector<float> scratch_;
   std::vector<uint8_t> bytes_;
 };
@@ -151,7 +162,10 @@ Result<MakeModelReport> make_model(const MakeModelOptions& opt) {
   if (opt.output.empty()) return invalid_argument("--output: no directory given");
   if (opt.max_shard_bytes == 0) return invalid_argument("--max-shard-size: must be positive");
 
-  const std::vector<CheckpointTensor> tensors = checkpoint_tensors(preset->config, opt.dtype);
+  const bool whisper = preset->family == ModelFamily::kWhisper;
+  const std::vector<CheckpointTensor> tensors =
+      whisper ? whisper_checkpoint_tensors(preset->whisper, opt.dtype)
+              : checkpoint_tensors(preset->config, opt.dtype);
   const std::vector<Shard> shards = plan_shards(tensors, opt.max_shard_bytes);
   MakeModelReport report;
   for (const CheckpointTensor& t : tensors) {
@@ -184,12 +198,22 @@ Result<MakeModelReport> make_model(const MakeModelOptions& opt) {
     if (opt.progress) opt.progress(fmt::format("wrote {}", (opt.output / name).string()));
     return Status::ok();
   };
-  KV_RETURN_IF_ERROR(text_file("config.json", config_json_text(*preset, opt.dtype)));
-  KV_RETURN_IF_ERROR(text_file("generation_config.json", generation_config_json_text(*preset)));
-  KV_RETURN_IF_ERROR(text_file("tokenizer.json", tokenizer_json_text(preset->tokenizer)));
-  KV_RETURN_IF_ERROR(
-      text_file("tokenizer_config.json",
-                tokenizer_config_json_text(preset->tokenizer, preset->model_max_length)));
+  if (whisper) {
+    const WhisperConfig& c = preset->whisper;
+    KV_RETURN_IF_ERROR(text_file("config.json", whisper_config_json_text(c, opt.dtype)));
+    KV_RETURN_IF_ERROR(text_file("generation_config.json", whisper_generation_config_json_text(c)));
+    KV_RETURN_IF_ERROR(
+        text_file("preprocessor_config.json", whisper_preprocessor_config_json_text(c)));
+    KV_RETURN_IF_ERROR(text_file("tokenizer.json", whisper_tokenizer_json_text()));
+    KV_RETURN_IF_ERROR(text_file("tokenizer_config.json", whisper_tokenizer_config_json_text()));
+  } else {
+    KV_RETURN_IF_ERROR(text_file("config.json", config_json_text(*preset, opt.dtype)));
+    KV_RETURN_IF_ERROR(text_file("generation_config.json", generation_config_json_text(*preset)));
+    KV_RETURN_IF_ERROR(text_file("tokenizer.json", tokenizer_json_text(preset->tokenizer)));
+    KV_RETURN_IF_ERROR(
+        text_file("tokenizer_config.json",
+                  tokenizer_config_json_text(preset->tokenizer, preset->model_max_length)));
+  }
 
   const int threads = opt.threads > 0
                           ? opt.threads

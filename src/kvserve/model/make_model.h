@@ -1,7 +1,8 @@
 // kvserve make-model: a random-weight checkpoint in the standard Hugging Face layout
 // (config.json, model.safetensors or shards + index, tokenizer.json, tokenizer_config.json,
-// generation_config.json) from a preset (presets.h). Weights are normal(0, 0.02) (norm weights
-// 1.0), a pure function of (seed, tensor name, element index), streamed to disk.
+// generation_config.json; + preprocessor_config.json for Whisper) from a preset (presets.h).
+// Weights are normal(0, 0.02) (norm weights 1.0, Whisper's encoder positions sinusoidal), a pure
+// function of (seed, tensor name, element index), streamed to disk.
 #pragma once
 
 #include <cstdint>

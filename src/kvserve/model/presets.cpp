@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvserve/core/check.h"
+#include "kvserve/model/whisper_presets.h"
 
 namespace kvserve::model {
 namespace {
@@ -138,7 +139,12 @@ Preset llama31_8b() {
 }
 
 const std::vector<Preset>& presets() {
-  static const std::vector<Preset> all = {tiny(), qwen25_05b(), llama32_1b(), llama31_8b()};
+  static const std::vector<Preset> all = {tiny(),
+                                          qwen25_05b(),
+                                          llama32_1b(),
+                                          llama31_8b(),
+                                          whisper_tiny_shape_preset(),
+                                          whisper_test_preset()};
   return all;
 }
 

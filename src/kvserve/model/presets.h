@@ -1,5 +1,7 @@
 // make-model presets: a tiny model for tests and random-weight models with the exact shapes of
-// real checkpoints (config values as in their Hugging Face config.json).
+// real checkpoints (config values as in their Hugging Face config.json). A preset belongs to a
+// model family: decoder-only causal LMs (ModelConfig + the synthetic tokenizer) or Whisper
+// (WhisperConfig + the Whisper tokenizer, whisper_presets.h).
 #pragma once
 
 #include <string>
@@ -8,12 +10,17 @@
 
 #include "kvserve/model/config.h"
 #include "kvserve/model/synthetic_tokenizer.h"
+#include "kvserve/model/whisper_config.h"
 
 namespace kvserve::model {
+
+enum class ModelFamily { kCausalLM, kWhisper };
 
 struct Preset {
   std::string name;
   std::string description;
+  ModelFamily family = ModelFamily::kCausalLM;
+  WhisperConfig whisper;  // kWhisper only; `config` and `tokenizer` are unused then
   // Token ids (bos/eos) refer to the synthetic tokenizer; vocab_size is the real model's (the
   // embedding rows past the tokenizer's size are never produced) or, for tiny, the tokenizer's.
   ModelConfig config;
@@ -23,7 +30,8 @@ struct Preset {
   int32_t max_window_layers = 0;  // Qwen2's config.json field
 };
 
-// "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape"
+// "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape, whisper-tiny-shape,
+// whisper-test"
 std::vector<std::string> preset_names();
 // nullptr for an unknown name.
 const Preset* find_preset(std::string_view name);

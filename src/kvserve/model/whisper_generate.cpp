@@ -1,0 +1,195 @@
+#include "kvserve/model/whisper_generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kvserve::model {
+namespace {
+
+// The first index of the maximum, as torch.argmax.
+int32_t argmax(std::span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Frees every request's row and slots on every exit path.
+class KvRelease {
+ public:
+  KvRelease(const mem::KvMemory& memory, std::vector<mem::KvReqState>& states)
+      : memory_(memory), states_(states) {}
+  ~KvRelease() {
+    for (mem::KvReqState& s : states_)
+      release(s);
+  }
+  void release(mem::KvReqState& s) {
+    if (s.row != mem::kNoRow) mem::release_kv_cache(memory_, s, {}, /*insert=*/false);
+  }
+
+ private:
+  mem::KvMemory memory_;
+  std::vector<mem::KvReqState>& states_;
+};
+
+}  // namespace
+
+Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& c,
+                                            const WhisperGenerationConfig& g,
+                                            const WhisperGenerateOptions& o) {
+  const std::optional<int32_t> start =
+      g.decoder_start_token_id ? g.decoder_start_token_id : c.decoder_start_token_id;
+  if (!start) return invalid_argument("Whisper: no decoder_start_token_id in the configs");
+  std::vector<int32_t> prompt = {*start};
+  if (g.is_multilingual) {
+    const std::optional<int32_t> lang = g.language_id(o.language);
+    if (!lang) {
+      return invalid_argument("Whisper: unknown language '{}' (not in lang_to_id)", o.language);
+    }
+    const std::optional<int32_t> task = g.task_id(o.task);
+    if (!task) return invalid_argument("Whisper: unknown task '{}' (not in task_to_id)", o.task);
+    prompt.push_back(*lang);
+    prompt.push_back(*task);
+  }
+  if (!g.return_timestamps && g.no_timestamps_token_id) {
+    prompt.push_back(*g.no_timestamps_token_id);
+  }
+  return prompt;
+}
+
+void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step,
+                               std::span<float> logits) {
+  const auto suppress = [&](const std::vector<int32_t>& ids) {
+    for (const int32_t id : ids) {
+      if (id >= 0 && static_cast<size_t>(id) < logits.size()) {
+        logits[id] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  };
+  suppress(g.suppress_tokens);
+  if (first_step) suppress(g.begin_suppress_tokens);
+}
+
+Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
+    WhisperRunner& runner, std::span<const WhisperRequest> requests,
+    const WhisperGenerateOptions& o) {
+  const WhisperConfig& c = runner.config();
+  const WhisperGenerationConfig& g = runner.generation_config();
+  const auto bs = static_cast<int32_t>(requests.size());
+  std::vector<WhisperGenerateResult> results(bs);
+  if (bs == 0) return results;
+  const int32_t vocab = c.vocab_size;
+  const std::vector<int32_t>& eos = g.eos_token_ids.empty() ? c.eos_token_ids : g.eos_token_ids;
+
+  // Prompts and the encoder outputs (request-major, for the requests with features).
+  std::vector<float> encoder_hidden;
+  std::vector<float> one;
+  std::vector<int32_t> encoder_lens(bs);
+  std::vector<int32_t> limits(bs);  // decoder length at which each request stops
+  for (int32_t b = 0; b < bs; ++b) {
+    const WhisperRequest& r = requests[b];
+    if (r.prompt.empty()) {
+      KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o));
+    } else {
+      results[b].prompt = r.prompt;
+    }
+    for (const int32_t id : results[b].prompt) {
+      if (id < 0 || id >= vocab) {
+        return invalid_argument("Whisper request {}: prompt token {} outside the vocabulary", b,
+                                id);
+      }
+    }
+    const auto prompt_len = static_cast<int32_t>(results[b].prompt.size());
+    int32_t limit = std::min(g.max_length.value_or(c.max_target_positions), c.max_target_positions);
+    if (o.max_new_tokens > 0) limit = std::min(limit, prompt_len + o.max_new_tokens);
+    if (prompt_len >= limit) {
+      return invalid_argument("Whisper request {}: a prompt of {} tokens leaves no room (max {})",
+                              b, prompt_len, limit);
+    }
+    limits[b] = limit;
+    if (!r.features.empty()) {
+      KV_RETURN_IF_ERROR(runner.model().encode(r.features, one));
+      encoder_hidden.insert(encoder_hidden.end(), one.begin(), one.end());
+      encoder_lens[b] = c.max_source_positions;
+    }
+  }
+
+  // Prefill: each row gets [encoder region | prompt].
+  const mem::KvMemory memory = runner.memory();
+  std::vector<mem::KvReqState> states(bs);
+  KvRelease release(memory, states);
+  std::vector<mem::KvReqState*> ptrs;
+  std::vector<int32_t> seq_lens;
+  std::vector<int32_t> starts;
+  for (int32_t b = 0; b < bs; ++b) {
+    ptrs.push_back(&states[b]);
+    starts.push_back(runner.encoder_reserved_len(encoder_lens[b]));
+    seq_lens.push_back(starts[b] + static_cast<int32_t>(results[b].prompt.size()));
+  }
+  std::vector<int32_t> loc;
+  KV_RETURN_IF_ERROR(mem::alloc_for_extend(memory, ptrs, seq_lens, loc));
+  std::vector<mem::EncDecRow> rows;
+  std::vector<ForwardRequest> fwd;
+  for (int32_t b = 0; b < bs; ++b) {
+    rows.push_back(
+        {states[b].row, encoder_lens[b], static_cast<int32_t>(results[b].prompt.size())});
+    fwd.push_back({states[b].row, 0, results[b].prompt});
+  }
+  std::vector<int32_t> encoder_loc;
+  std::vector<int32_t> decoder_loc;
+  mem::split_encoder_decoder_loc(loc, rows, runner.options().page_size, runner.options().layout,
+                                 encoder_loc, decoder_loc);
+  ForwardBatch batch = make_forward_batch(ForwardMode::kExtend, fwd, decoder_loc,
+                                          runner.req_to_token(), runner.kv_pool());
+  batch.self_kv_start = starts;
+  batch.encoder_lens = encoder_lens;
+  batch.encoder_out_cache_loc = encoder_loc;
+  std::vector<float> logits;
+  runner.forward(batch, logits, encoder_hidden);
+
+  // Greedy steps; `active` lists the requests whose logits rows `logits` holds, in order.
+  std::vector<int32_t> active(bs);
+  for (int32_t b = 0; b < bs; ++b)
+    active[b] = b;
+  while (!active.empty()) {
+    std::vector<int32_t> next;
+    for (size_t i = 0; i < active.size(); ++i) {
+      const int32_t b = active[i];
+      WhisperGenerateResult& res = results[b];
+      const std::span<float> row(logits.data() + i * vocab, vocab);
+      if (o.keep_logits) res.step_logits.emplace_back(row.begin(), row.end());
+      apply_whisper_suppression(g, res.tokens.empty(), row);
+      const int32_t token = argmax(row);
+      res.tokens.push_back(token);
+      const auto len = static_cast<int32_t>(res.prompt.size() + res.tokens.size());
+      const bool stop = std::find(eos.begin(), eos.end(), token) != eos.end() || len >= limits[b];
+      if (stop) {
+        release.release(states[b]);
+      } else {
+        next.push_back(b);
+      }
+    }
+    active = std::move(next);
+    if (active.empty()) break;
+    // Decode: the last token of each active request at decoder position len - 1.
+    ptrs.clear();
+    fwd.clear();
+    std::vector<int32_t> step_starts;
+    std::vector<int32_t> step_encoder_lens;
+    for (const int32_t b : active) {
+      ptrs.push_back(&states[b]);
+      const auto cached =
+          static_cast<int32_t>(results[b].prompt.size() + results[b].tokens.size()) - 1;
+      fwd.push_back({states[b].row, cached, {results[b].tokens.back()}});
+      step_starts.push_back(starts[b]);
+      step_encoder_lens.push_back(encoder_lens[b]);
+    }
+    KV_RETURN_IF_ERROR(mem::alloc_for_decode(memory, ptrs, loc));
+    batch =
+        make_forward_batch(ForwardMode::kDecode, fwd, loc, runner.req_to_token(), runner.kv_pool());
+    batch.self_kv_start = step_starts;
+    batch.encoder_lens = step_encoder_lens;
+    runner.forward(batch, logits);
+  }
+  return results;
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,55 @@
+// Greedy decoding of Whisper requests on a WhisperRunner, as transformers'
+// WhisperForConditionalGeneration.generate(num_beams=1, do_sample=False) does for short-form
+// audio (one 30 s window, no timestamps):
+//   prompt = <|startoftranscript|> [<|lang|> <|task|> if multilingual] [<|notimestamps|>];
+//   at every step suppress_tokens get -inf, at the first generated step begin_suppress_tokens too;
+//   the argmax is appended; a request stops at an eos token (kept) or at max_length tokens
+//   (prompt included) or after max_new_tokens.
+// All requests are prefilled in one batch (encoder K/V stored once), then decoded together.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvserve/model/whisper_runner.h"
+
+namespace kvserve::model {
+
+struct WhisperGenerateOptions {
+  std::string language = "en";      // "en" or "<|en|>"; multilingual models only
+  std::string task = "transcribe";  // or "translate"; multilingual models only
+  int32_t max_new_tokens = 0;       // 0: until max_length
+  bool keep_logits = false;         // keep each step's raw logits (before suppression)
+};
+
+struct WhisperRequest {
+  // [num_mel_bins, input_frames()] row-major; empty: a text-only request (encoder_len 0).
+  std::vector<float> features;
+  std::vector<int32_t> prompt;  // empty: whisper_prompt()
+};
+
+struct WhisperGenerateResult {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> tokens;                  // generated, a final eos included
+  std::vector<std::vector<float>> step_logits;  // one per generated token when keep_logits
+};
+
+// kInvalidArgument for an unknown language or task, or a config without a decoder start token.
+Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& config,
+                                            const WhisperGenerationConfig& generation,
+                                            const WhisperGenerateOptions& options);
+
+// suppress_tokens -> -inf; also begin_suppress_tokens when `first_step`. Ids outside the
+// vocabulary are ignored.
+void apply_whisper_suppression(const WhisperGenerationConfig& generation, bool first_step,
+                               std::span<float> logits);
+
+// kInvalidArgument for bad features or a prompt that leaves no room to generate; kOutOfMemory
+// when the runner has no rows or slots for the batch (nothing stays allocated on any failure).
+Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
+    WhisperRunner& runner, std::span<const WhisperRequest> requests,
+    const WhisperGenerateOptions& options);
+
+}  // namespace kvserve::model

@@ -1,0 +1,78 @@
+// WhisperForConditionalGeneration on the CPU platform (f32), on the project's KV pool and
+// attention backends.
+//
+// encode(): log-mel features [num_mel_bins, 2 * max_source_positions] -> conv1 + GELU, conv2
+// (stride 2) + GELU, + sinusoidal positions, pre-LN encoder layers with dense non-causal
+// self-attention (not cached), final LayerNorm -> [max_source_positions, d_model].
+//
+// forward(): the decoder over a ForwardBatch whose rows are [encoder region | decoder region]
+// (mem/encoder_layout.h). Decoder layer i keeps its self-attention K/V (decoder region, from
+// batch.self_kv_start) and its cross-attention K/V (encoder region) in pool layer i. The cross K/V
+// of an encoder output are computed once, in the forward that passes that output (stored at
+// batch.encoder_out_cache_loc through AttentionIO.k/v); later forwards read them from the pool.
+// A request with encoder_len 0 skips cross-attention, as transformers' decoder does without
+// encoder states (the backend reads nothing for it). Logits = proj_out, tied to embed_tokens.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvserve/attention/backend.h"
+#include "kvserve/model/forward_batch.h"
+#include "kvserve/model/weights.h"
+#include "kvserve/model/whisper_config.h"
+
+namespace kvserve::model {
+
+class WhisperModel {
+ public:
+  // kNotFound for a missing tensor, kInvalidArgument for a shape mismatch (naming the tensor,
+  // its file, the expected and actual shapes), kUnimplemented off the CPU platform.
+  static Result<std::unique_ptr<WhisperModel>> load(const WhisperConfig& config,
+                                                    const WeightStore& weights,
+                                                    platform::Platform& platform);
+  ~WhisperModel();
+
+  const WhisperConfig& config() const { return config_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  // One request's features, row-major [num_mel_bins, input_frames()] (transformers'
+  // input_features[0]); `out` becomes [max_source_positions, d_model]. kInvalidArgument when the
+  // size is not num_mel_bins * input_frames().
+  Status encode(std::span<const float> features, std::vector<float>& out);
+
+  // One decoder forward; `logits` becomes [batch.logits_indices.size(), vocab_size].
+  // `encoder_hidden` holds the encoder outputs whose cross K/V this forward stores, request-major
+  // in the order of batch.encoder_out_cache_loc ([encoder_out_cache_loc.size(), d_model]); empty
+  // when every request's encoder K/V is already cached (or it has none).
+  void forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
+               std::vector<float>& logits, std::span<const float> encoder_hidden = {});
+
+ private:
+  struct Norm;
+  struct EncoderLayer;
+  struct DecoderLayer;
+  struct Workspace;
+  WhisperModel(const WhisperConfig& config, platform::Platform& platform);
+
+  // out[rows, cols] = a[rows, k] . w[cols, k]^T (+ bias)
+  void linear(const float* a, const Tensor& w, const Tensor* bias, float* out, int64_t rows,
+              int64_t cols, int64_t k, int64_t lda);
+  void layer_norm(const float* x, float* residual, const Norm& norm, float* out, int64_t rows);
+
+  WhisperConfig config_;
+  platform::Platform& platform_;
+  Tensor conv1_w_, conv1_b_, conv2_w_, conv2_b_;
+  Tensor encoder_positions_;  // [max_source_positions, d_model]
+  std::vector<EncoderLayer> encoder_layers_;
+  std::unique_ptr<Norm> encoder_norm_;
+  Tensor embed_tokens_;       // [vocab, d_model], also proj_out
+  Tensor decoder_positions_;  // [max_target_positions, d_model]
+  std::vector<DecoderLayer> decoder_layers_;
+  std::unique_ptr<Norm> decoder_norm_;
+  std::unique_ptr<Workspace> ws_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace kvserve::model

@@ -1,0 +1,69 @@
+#include "kvserve/model/whisper_runner.h"
+
+#include "kvserve/mem/common.h"
+#include "kvserve/model/weights.h"
+
+namespace kvserve::model {
+namespace {
+
+// Extra req_to_token columns beyond a full row (SGLang: +4 for speculative slack).
+constexpr int32_t kContextSlack = 4;
+
+}  // namespace
+
+WhisperRunner::~WhisperRunner() = default;
+
+Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesystem::path& dir,
+                                                             const WhisperRunnerOptions& o) {
+  if (o.page_size < 1 || o.page_size > 128) {
+    return invalid_argument("--page-size must be in 1..128, got {}", o.page_size);
+  }
+  if (o.max_running_requests < 1) {
+    return invalid_argument("--max-running-requests must be positive, got {}",
+                            o.max_running_requests);
+  }
+  std::unique_ptr<WhisperRunner> r(new WhisperRunner());
+  r->options_ = o;
+  KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(Device{}));
+  KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
+  KV_ASSIGN_OR_RETURN(r->generation_, load_whisper_generation_config(dir));
+  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));
+  KV_ASSIGN_OR_RETURN(r->model_, WhisperModel::load(config, *weights, *r->platform_));
+  KV_ASSIGN_OR_RETURN(r->backend_,
+                      attention::create_attention_backend(o.attention_backend, *r->platform_));
+
+  // A full row: the encoder region (page-aligned in the aligned layout) and every decoder
+  // position; in whole pages, since the allocator hands out pages.
+  const int64_t row_len =
+      r->encoder_reserved_len(config.max_source_positions) + config.max_target_positions;
+  int64_t tokens = o.max_total_tokens;
+  if (tokens <= 0) tokens = int64_t{o.max_running_requests} * mem::ceil_align(row_len, o.page_size);
+  tokens = mem::floor_align(tokens, o.page_size);
+  if (tokens < o.page_size) return out_of_memory("no room for a KV cache: {} tokens", tokens);
+  const mem::KvPoolConfig pool{.num_layers = config.decoder_layers,
+                               .num_kv_heads = config.decoder_attention_heads,
+                               .head_dim = config.decoder_head_dim(),
+                               .size = tokens,
+                               .page_size = o.page_size,
+                               .dtype = DType::kF32};
+  KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
+  r->allocator_ = mem::make_allocator(tokens, o.page_size);
+  r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(
+      o.max_running_requests, static_cast<int32_t>(row_len) + kContextSlack);
+  r->cache_ = std::make_unique<mem::ChunkCache>(*r->req_to_token_, *r->allocator_);
+  return r;
+}
+
+int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
+  return mem::encoder_reserved_len(encoder_len, options_.page_size, options_.layout);
+}
+
+void WhisperRunner::forward(ForwardBatch& batch, std::vector<float>& logits,
+                            std::span<const float> encoder_hidden) {
+  batch.req_to_token = req_to_token_.get();
+  batch.kv_pool = kv_pool_.get();
+  backend_->init_forward_metadata(batch);
+  model_->forward(batch, *backend_, logits, encoder_hidden);
+}
+
+}  // namespace kvserve::model
