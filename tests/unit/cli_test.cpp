@@ -2,8 +2,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
 
+#include "kvserve/audio/audio_file.h"
+#include "kvserve/audio/log_mel.h"
+#include "kvserve/audio/resample.h"
+#include "kvserve/model/whisper_generate.h"
+#include "kvserve/tokenizer/tokenizer.h"
 #include "run_kvserve.h"
 #include "unit/model_test_util.h"
 
@@ -120,6 +128,181 @@ TEST(Cli, BenchAttentionNeedsCuda) {
   r = run_kvserve("bench-attention --device cpu --backend flash9");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("flash9"), std::string::npos) << r.output;
+}
+
+// transcribe: a whisper-test checkpoint (random weights: the text is gibberish, but deterministic)
+// on the committed clips of tests/fixtures/audio/.
+class CliTranscribe : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<model::testing::TempDir>();
+    const CommandResult r = run_kvserve("make-model --preset whisper-test --quiet --output " +
+                                        (dir_->path() / "whisper").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+
+  static std::string model() { return (dir_->path() / "whisper").string(); }
+  static std::string clip(const std::string& name) {
+    return (model::testing::fixtures_dir() / "audio" / name).string();
+  }
+  // `kvserve transcribe` with --log-level warn, so that a success prints only the transcripts.
+  static CommandResult transcribe(const std::string& args) {
+    return run_kvserve("transcribe --model-path " + model() + " --log-level warn " + args);
+  }
+  static std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+      out.push_back(line);
+    return out;
+  }
+
+  static std::unique_ptr<model::testing::TempDir> dir_;
+};
+
+std::unique_ptr<model::testing::TempDir> CliTranscribe::dir_;
+
+TEST_F(CliTranscribe, OneLinePerFileInEveryFormat) {
+  const std::string hello = clip("hello_16k.wav");
+  const std::string testing = clip("testing_22050.wav");
+  const std::string files = hello + " " + testing + " --max-new-tokens 6";
+  CommandResult r = transcribe(files);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> out = lines(r.output);
+  ASSERT_EQ(out.size(), 2u) << r.output;
+  EXPECT_EQ(out[0].rfind(hello + ": ", 0), 0u) << out[0];
+  EXPECT_EQ(out[1].rfind(testing + ": ", 0), 0u) << out[1];
+
+  r = transcribe(files + " --response-format json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  out = lines(r.output);
+  ASSERT_EQ(out.size(), 2u) << r.output;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto j = nlohmann::json::parse(out[i]);
+    EXPECT_EQ(j["file"], i == 0 ? hello : testing);
+    EXPECT_TRUE(j["text"].is_string());
+    EXPECT_FALSE(j.contains("tokens"));
+  }
+
+  r = transcribe(files + " --response-format verbose_json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  out = lines(r.output);
+  ASSERT_EQ(out.size(), 2u) << r.output;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto j = nlohmann::json::parse(out[i]);
+    EXPECT_EQ(j["file"], i == 0 ? hello : testing);
+    EXPECT_EQ(j["language"], "en");
+    // The clips are 1.3-1.5 s of speech (tests/fixtures/audio/README.md), at their own rates.
+    EXPECT_GT(j["duration"].get<double>(), 1.0);
+    EXPECT_LT(j["duration"].get<double>(), 2.0);
+    EXPECT_GE(j["tokens"].size(), 1u);
+    EXPECT_LE(j["tokens"].size(), 6u);
+  }
+}
+
+// The command line against the library called directly: decode, resample, log-mel with the
+// checkpoint's preprocessor_config.json, greedy decoding, decode with special tokens skipped.
+TEST_F(CliTranscribe, SameTokensAndTextAsTheLibrary) {
+  const std::string file = clip("testing_22050.wav");
+  const CommandResult r =
+      transcribe(file + " --max-new-tokens 12 --response-format verbose_json --page-size 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<std::string> out = lines(r.output);
+  ASSERT_EQ(out.size(), 1u) << r.output;
+  const auto j = nlohmann::json::parse(out[0]);
+
+  auto clip_or = audio::decode_audio_file(file, 30.0);
+  ASSERT_TRUE(clip_or.is_ok()) << clip_or.status().to_string();
+  EXPECT_DOUBLE_EQ(j["duration"].get<double>(), clip_or->seconds());
+  auto at16k = audio::resample_clip(std::move(clip_or).value());
+  ASSERT_TRUE(at16k.is_ok()) << at16k.status().to_string();
+  auto mel_config =
+      audio::parse_preprocessor_config(dir_->path() / "whisper" / "preprocessor_config.json");
+  ASSERT_TRUE(mel_config.is_ok()) << mel_config.status().to_string();
+  auto mel = audio::LogMelExtractor::create(*mel_config);
+  ASSERT_TRUE(mel.is_ok()) << mel.status().to_string();
+  auto runner = model::WhisperRunner::create(model(), model::WhisperRunnerOptions{});
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  const std::vector<model::WhisperRequest> requests = {{mel->compute(at16k->samples), {}}};
+  model::WhisperGenerateOptions options;
+  options.max_new_tokens = 12;
+  auto results = model::whisper_greedy_generate(**runner, requests, options);
+  ASSERT_TRUE(results.is_ok()) << results.status().to_string();
+  const std::vector<int32_t>& tokens = (*results)[0].tokens;
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), tokens);
+
+  auto tok = tokenizer::Tokenizer::from_directory(model());
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  std::string text = (*tok)->decode(tokens, /*skip_special_tokens=*/true);
+  text.erase(0, text.find_first_not_of(" \t\r\n"));
+  text.erase(text.find_last_not_of(" \t\r\n") + 1);
+  EXPECT_EQ(j["text"], text);
+}
+
+// Batching, the encoder KV layout and the page size change where the KV cache lives, not what
+// is transcribed.
+TEST_F(CliTranscribe, BatchLayoutAndPageSizeDoNotChangeTheOutput) {
+  const std::string hello = clip("hello_16k.wav");
+  const std::string testing = clip("testing_22050.wav");
+  const std::string common = " --max-new-tokens 8 --response-format verbose_json";
+  const CommandResult alone_hello = transcribe(hello + common);
+  const CommandResult alone_testing = transcribe(testing + common);
+  ASSERT_EQ(alone_hello.exit_code, 0) << alone_hello.output;
+  ASSERT_EQ(alone_testing.exit_code, 0) << alone_testing.output;
+  const std::string expected = alone_hello.output + alone_testing.output;
+  for (const std::string flags :
+       {"--max-running-requests 2", "--max-running-requests 1",
+        "--page-size 16 --encoder-kv-layout aligned", "--page-size 16 --encoder-kv-layout ragged",
+        "--page-size 7 --encoder-kv-layout ragged --attention-backend native"}) {
+    const CommandResult both = transcribe(hello + " " + testing + common + " " + flags);
+    ASSERT_EQ(both.exit_code, 0) << flags << "\n" << both.output;
+    EXPECT_EQ(both.output, expected) << flags;
+  }
+}
+
+TEST_F(CliTranscribe, ErrorsNameTheProblemAndFail) {
+  const std::string hello = clip("hello_16k.wav");
+  CommandResult r = transcribe("/no/such/clip.wav");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("/no/such/clip.wav"), std::string::npos) << r.output;
+
+  // Text renamed .wav, and an empty file: each named; the good file is still transcribed.
+  const std::string fake = (dir_->path() / "notes.wav").string();
+  const std::string empty = (dir_->path() / "empty.wav").string();
+  model::testing::write_file(fake, "these are not samples\n");
+  model::testing::write_file(empty, "");
+  r = transcribe(fake + " " + hello + " " + empty + " --max-new-tokens 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(fake + ": not a supported audio file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(empty + ": "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(hello + ": "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 of 3 files failed"), std::string::npos) << r.output;
+
+  r = transcribe(hello + " --page-size 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--page-size"), std::string::npos) << r.output;
+  r = transcribe(hello + " --device cuda");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("Whisper runs on the CPU"), std::string::npos) << r.output;
+  r = transcribe(hello + " --encoder-kv-layout diagonal");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--encoder-kv-layout"), std::string::npos) << r.output;
+  r = transcribe(hello + " --language xx");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--language"), std::string::npos) << r.output;
+  r = transcribe(hello + " --response-format srt");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--response-format"), std::string::npos) << r.output;
+  r = transcribe("");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("FILE"), std::string::npos) << r.output;
+  r = run_kvserve("transcribe " + hello);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--model-path is required"), std::string::npos) << r.output;
+  r = run_kvserve("transcribe " + hello + " --model-path /no/such/model");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("/no/such/model"), std::string::npos) << r.output;
 }
 
 }  // namespace

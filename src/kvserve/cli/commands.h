@@ -21,6 +21,7 @@ Command add_bench_serving_command(CLI::App& app);    // bench_serving.cpp
 Command add_bench_one_batch_command(CLI::App& app);  // bench_one_batch.cpp
 Command add_bench_attention_command(CLI::App& app);  // bench_attention.cpp
 Command add_serve_command(CLI::App& app);            // serve.cpp
+Command add_transcribe_command(CLI::App& app);       // transcribe.cpp
 
 // What `kvserve` with no subcommand does: version, platforms and the memory self-check.
 void print_version_and_platforms();

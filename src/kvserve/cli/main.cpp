@@ -22,10 +22,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   const std::vector<Command> commands = {
-      add_version_command(app),         add_self_check_command(app), add_make_model_command(app),
-      add_generate_command(app),        add_serve_command(app),      add_bench_serving_command(app),
-      add_bench_one_batch_command(app),
-      add_bench_attention_command(app),
+      add_version_command(app),         add_self_check_command(app),
+      add_make_model_command(app),      add_generate_command(app),
+      add_serve_command(app),           add_bench_serving_command(app),
+      add_bench_one_batch_command(app), add_bench_attention_command(app),
+      add_transcribe_command(app),
   };
 
   CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,293 @@
+// kvserve transcribe: speech to text with a Whisper checkpoint, on the CPU.
+//
+// Per file: decode (audio/audio_file.h, at most one 30 s window: long-form chunking is not
+// supported yet), resample to the feature extractor's rate, log-mel features from the model's
+// preprocessor_config.json, then greedy decoding (model/whisper_generate.h) in batches of
+// --max-running-requests files. The text is the tokenizer's decode of the generated tokens with the
+// special tokens skipped, trimmed.
+//
+// A file that cannot be decoded is reported on stderr (the message names it) and skipped; the
+// other files are still transcribed, and the exit code is 1. Bad flags or a bad model directory
+// exit 2 (1 for other model failures) before any file is read.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvserve/audio/audio_file.h"
+#include "kvserve/audio/log_mel.h"
+#include "kvserve/audio/log_mel_config.h"
+#include "kvserve/audio/resample.h"
+#include "kvserve/cli/commands.h"
+#include "kvserve/core/logging.h"
+#include "kvserve/model/whisper_generate.h"
+#include "kvserve/model/whisper_runner.h"
+#include "kvserve/tokenizer/tokenizer.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct TranscribeOptions {
+  std::vector<std::string> files;
+  std::string model_path;
+  std::string language = "en";
+  std::string task = "transcribe";
+  int32_t page_size = 1;
+  std::string encoder_kv_layout = "aligned";
+  std::string attention_backend = "cpu";
+  int32_t max_running_requests = 8;
+  int32_t max_new_tokens = 0;
+  std::string response_format = "text";
+  std::string device = "cpu";
+};
+
+// What the model needs besides the runner: features and text.
+struct Transcriber {
+  std::unique_ptr<model::WhisperRunner> runner;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::optional<audio::LogMelExtractor> mel;
+};
+
+// One decoded file waiting for its batch.
+struct PendingFile {
+  std::string name;  // as given on the command line
+  double seconds = 0.0;
+  model::WhisperRequest request;
+};
+
+int fail(const Status& s) {
+  fmt::print(stderr, "kvserve transcribe: {}\n", s.message());
+  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
+}
+
+std::string trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return {};
+  return std::string(s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1));
+}
+
+Status check_flags(const TranscribeOptions& o) {
+  if (o.device == "cuda" || o.device.starts_with("cuda:")) {
+    return invalid_argument(
+        "--device {}: Whisper runs on the CPU so far; use --device cpu (the default)", o.device);
+  }
+  if (o.device != "cpu") return invalid_argument("--device: unknown device '{}'", o.device);
+  if (o.model_path.empty()) {
+    return invalid_argument(
+        "--model-path is required (a Whisper checkpoint directory; no speech model ships yet)");
+  }
+  if (o.files.empty()) return invalid_argument("give at least one audio FILE to transcribe");
+  if (o.max_new_tokens < 0) {
+    return invalid_argument("--max-new-tokens must be >= 0 (0: until max_length), got {}",
+                            o.max_new_tokens);
+  }
+  return Status::ok();
+}
+
+// --language and --task against the model's generation_config.json.
+Status check_language_and_task(const model::WhisperRunner& r, const TranscribeOptions& o) {
+  const model::WhisperGenerationConfig& g = r.generation_config();
+  if (g.is_multilingual) {
+    if (!g.language_id(o.language)) {
+      return invalid_argument("--language: unknown language '{}' (not in the model's lang_to_id)",
+                              o.language);
+    }
+    if (!g.task_id(o.task)) {
+      return invalid_argument("--task: the model has no task '{}' in task_to_id", o.task);
+    }
+  } else {
+    if (o.language != "en" && o.language != "<|en|>") {
+      return invalid_argument("--language {}: this model is English-only", o.language);
+    }
+    if (o.task != "transcribe")
+      return invalid_argument("--task {}: this model is English-only", o.task);
+  }
+  model::WhisperGenerateOptions gopt{.language = o.language, .task = o.task};
+  return whisper_prompt(r.config(), g, gopt).status();
+}
+
+Result<Transcriber> load(const TranscribeOptions& o) {
+  const std::filesystem::path dir = o.model_path;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return make_status(StatusCode::kNotFound, "--model-path {}: no such directory", o.model_path);
+  }
+  model::WhisperRunnerOptions ropt;
+  ropt.page_size = o.page_size;
+  ropt.attention_backend = o.attention_backend;
+  ropt.max_running_requests = o.max_running_requests;
+  auto layout = mem::parse_encoder_kv_layout(o.encoder_kv_layout);
+  if (!layout.is_ok()) {
+    return invalid_argument("--encoder-kv-layout: {}", layout.status().message());
+  }
+  ropt.layout = *layout;
+
+  Transcriber t;
+  KV_ASSIGN_OR_RETURN(t.runner, model::WhisperRunner::create(dir, ropt));
+  KV_RETURN_IF_ERROR(check_language_and_task(*t.runner, o));
+  KV_ASSIGN_OR_RETURN(t.tokenizer, tokenizer::Tokenizer::from_directory(dir));
+
+  // The feature extractor: preprocessor_config.json, or Whisper's defaults without one.
+  const model::WhisperConfig& c = t.runner->config();
+  audio::LogMelConfig mel_config;
+  mel_config.feature_size = c.num_mel_bins;
+  const std::filesystem::path pre = dir / "preprocessor_config.json";
+  if (std::filesystem::exists(pre, ec)) {
+    KV_ASSIGN_OR_RETURN(mel_config, audio::parse_preprocessor_config(pre));
+  }
+  if (mel_config.feature_size != c.num_mel_bins) {
+    return invalid_argument("{}: feature_size {} differs from config.json's num_mel_bins {}",
+                            pre.string(), mel_config.feature_size, c.num_mel_bins);
+  }
+  if (mel_config.num_frames() != c.input_frames()) {
+    return invalid_argument("{}: {} frames per window, but the encoder takes {}", pre.string(),
+                            mel_config.num_frames(), c.input_frames());
+  }
+  KV_ASSIGN_OR_RETURN(auto mel, audio::LogMelExtractor::create(mel_config));
+  t.mel.emplace(std::move(mel));
+  return t;
+}
+
+// Decode, resample and log-mel one file; errors name it.
+Result<PendingFile> prepare(const Transcriber& t, const std::string& name) {
+  const audio::LogMelConfig& mc = t.mel->config();
+  auto clip = audio::decode_audio_file(name, mc.chunk_length);
+  if (!clip.is_ok()) {
+    // audio_file.h's message for a clip over the limit; say why there is a limit.
+    if (clip.status().message().find("longer than the limit") != std::string::npos) {
+      return invalid_argument("{} (long-form transcription, in {} s chunks, is not supported yet)",
+                              clip.status().message(), mc.chunk_length);
+    }
+    return clip.status();
+  }
+  PendingFile f;
+  f.name = name;
+  f.seconds = clip->seconds();
+  auto resampled = audio::resample_clip(std::move(clip).value(), mc.sampling_rate);
+  if (!resampled.is_ok()) {
+    return invalid_argument("{}: {}", name, resampled.status().message());
+  }
+  f.request.features = t.mel->compute(resampled->samples);
+  return f;
+}
+
+std::string language_code(std::string_view language) {
+  if (language.starts_with("<|") && language.ends_with("|>")) {
+    language = language.substr(2, language.size() - 4);
+  }
+  return std::string(language);
+}
+
+std::string format_line(const TranscribeOptions& o, const PendingFile& f, const std::string& text,
+                        const std::vector<int32_t>& tokens) {
+  if (o.response_format == "text") return fmt::format("{}: {}", f.name, text);
+  nlohmann::ordered_json j = {{"file", f.name}, {"text", text}};
+  if (o.response_format == "verbose_json") {
+    j["language"] = language_code(o.language);
+    j["duration"] = f.seconds;
+    j["tokens"] = tokens;
+  }
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// Greedy decoding of one batch, printed in file order. Returns the tokens generated.
+Result<size_t> run_batch(Transcriber& t, const TranscribeOptions& o,
+                         std::vector<PendingFile>& batch) {
+  std::vector<model::WhisperRequest> requests;
+  for (PendingFile& f : batch)
+    requests.push_back(std::move(f.request));
+  const model::WhisperGenerateOptions gopt{
+      .language = o.language, .task = o.task, .max_new_tokens = o.max_new_tokens};
+  KV_ASSIGN_OR_RETURN(auto results, model::whisper_greedy_generate(*t.runner, requests, gopt));
+  size_t generated = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const std::vector<int32_t>& tokens = results[i].tokens;
+    generated += tokens.size();
+    const std::string text = trim(t.tokenizer->decode(tokens, /*skip_special_tokens=*/true));
+    fmt::print("{}\n", format_line(o, batch[i], text, tokens));
+  }
+  std::fflush(stdout);
+  batch.clear();
+  return generated;
+}
+
+int run_transcribe(const TranscribeOptions& o) {
+  if (Status s = check_flags(o); !s.is_ok()) return fail(s);
+  auto loaded = load(o);
+  if (!loaded.is_ok()) return fail(loaded.status());
+  Transcriber& t = *loaded;
+  KV_LOG_INFO("transcribe: {} ({} + {} layers), page size {}, {} encoder KV layout, batches of {}",
+              o.model_path, t.runner->config().encoder_layers, t.runner->config().decoder_layers,
+              o.page_size, o.encoder_kv_layout, o.max_running_requests);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t failed = 0;
+  size_t done = 0;
+  size_t generated = 0;
+  std::vector<PendingFile> batch;
+  const auto flush = [&]() -> Status {
+    done += batch.size();
+    KV_ASSIGN_OR_RETURN(const size_t n, run_batch(t, o, batch));
+    generated += n;
+    return Status::ok();
+  };
+  for (const std::string& name : o.files) {
+    auto f = prepare(t, name);
+    if (!f.is_ok()) {
+      fmt::print(stderr, "kvserve transcribe: {}\n", f.status().message());
+      ++failed;
+      continue;
+    }
+    batch.push_back(std::move(f).value());
+    if (batch.size() == static_cast<size_t>(o.max_running_requests)) {
+      if (Status s = flush(); !s.is_ok()) return fail(s);
+    }
+  }
+  if (!batch.empty()) {
+    if (Status s = flush(); !s.is_ok()) return fail(s);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  KV_LOG_INFO("transcribed {} files ({} tokens) in {:.3f} s", done, generated, secs);
+  if (failed > 0) {
+    fmt::print(stderr, "kvserve transcribe: {} of {} files failed\n", failed, o.files.size());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_transcribe_command(CLI::App& app) {
+  auto o = std::make_shared<TranscribeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "transcribe", "Transcribe audio files (WAV, FLAC, OGG; up to 30 s each) with Whisper");
+  cmd->add_option("FILE", o->files, "Audio files; each is one line of output");
+  cmd->add_option("--model-path", o->model_path, "Whisper checkpoint directory (required)");
+  cmd->add_option("--language", o->language, "Language code (multilingual models)")
+      ->capture_default_str();
+  cmd->add_option("--task", o->task, "transcribe or translate")
+      ->check(CLI::IsMember({"transcribe", "translate"}))
+      ->capture_default_str();
+  cmd->add_option("--page-size", o->page_size, "KV cache page size, 1..128")->capture_default_str();
+  cmd->add_option("--encoder-kv-layout", o->encoder_kv_layout, "aligned or ragged")
+      ->capture_default_str();
+  cmd->add_option("--attention-backend", o->attention_backend, "cpu or native")
+      ->capture_default_str();
+  cmd->add_option("--max-running-requests", o->max_running_requests, "Files per batch")
+      ->capture_default_str();
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "0: until the model's max_length")
+      ->capture_default_str();
+  cmd->add_option("--response-format", o->response_format,
+                  "text (FILE: transcript), json or verbose_json (one object per line)")
+      ->check(CLI::IsMember({"text", "json", "verbose_json"}))
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu (Whisper runs on the CPU so far)")
+      ->capture_default_str();
+  return {cmd, [o] { return run_transcribe(*o); }};
+}
+
+}  // namespace kvserve::cli
