@@ -75,7 +75,8 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
                   "Hugging Face checkpoint directory (default: the demo model, models/demo-lm)");
   cmd->add_option("--device", e.runner.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--page-size", e.runner.page_size)->capture_default_str();
-  cmd->add_option("--attention-backend", e.runner.attention_backend, "cpu or native");
+  cmd->add_option("--attention-backend", e.runner.attention_backend,
+                  "cpu or native (CPU), cuda-paged (CUDA); default: the device's");
   cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype)->capture_default_str();
   cmd->add_option("--max-total-tokens", e.runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", e.runner.mem_fraction_static,

@@ -85,8 +85,15 @@ SampledToken sample(std::span<const float> raw, const SamplingParams& p,
                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                     uint64_t seed, int64_t step) {
   KV_CHECK(!raw.empty(), "no logits");
-  std::vector<float> logits(raw.begin(), raw.end());
-  apply_penalties(logits, p, prompt_ids, output_ids);
+  // Penalties work on a copy; without them the row is read in place (a 128k-entry row is 512 KB,
+  // and a fresh allocation of that size costs page faults on every token).
+  std::vector<float> adjusted;
+  std::span<const float> logits = raw;
+  if (p.has_penalties()) {
+    adjusted.assign(raw.begin(), raw.end());
+    apply_penalties(adjusted, p, prompt_ids, output_ids);
+    logits = adjusted;
+  }
   SampledToken out;
   if (p.greedy()) {
     out.token = argmax(logits);

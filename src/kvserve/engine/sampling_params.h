@@ -27,6 +27,13 @@ struct SamplingParams {
   int32_t top_logprobs_num = 0;
 
   bool greedy() const { return temperature < 1e-6f || top_k == 1; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  }
+  // Greedy, and nothing else reads the logits row: the argmax can be taken on the device.
+  bool device_greedy() const {
+    return greedy() && !has_penalties() && !return_logprob && top_logprobs_num == 0;
+  }
 };
 
 // kInvalidArgument naming the field and the allowed range.

@@ -276,13 +276,28 @@ void Scheduler::run_decode() {
     fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
   model::ForwardBatch fb = model::make_forward_batch(
       model::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
-  timed_forward(fb);
+  // When every request decodes greedily and reads nothing else from its logits, the argmax is
+  // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
+  // more than the forward on a GPU).
+  const bool device_greedy = std::all_of(running_.begin(), running_.end(),
+                                         [](const Req* r) { return r->sampling.device_greedy(); });
+  if (device_greedy) {
+    timed_forward_greedy(fb);
+  } else {
+    timed_forward(fb);
+  }
   const int32_t vocab = runner_.config().vocab_size;
   const std::vector<Req*> batch = running_;
   runner_.allocator().free_group_begin();
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
-    accept_token(r, std::span<const float>(logits_).subspan(i * vocab, vocab));
+    if (device_greedy) {
+      SampledToken t;
+      t.token = greedy_tokens_[i];
+      accept_sampled(r, t);
+    } else {
+      accept_token(r, std::span<const float>(logits_).subspan(i * vocab, vocab));
+    }
     if (r.finished()) finish_and_release(r);
   }
   runner_.allocator().free_group_end();
@@ -298,11 +313,23 @@ void Scheduler::timed_forward(model::ForwardBatch& batch) {
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
 }
 
+void Scheduler::timed_forward_greedy(model::ForwardBatch& batch) {
+  const Clock::time_point start = Clock::now();
+  const double cpu_start = thread_cpu_seconds();
+  runner_.forward_greedy(batch, greedy_tokens_);
+  time_.forward_seconds += seconds(Clock::now() - start);
+  time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+}
+
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
   const Clock::time_point start = Clock::now();
   const SampledToken t =
       sample(logits, r.sampling, r.origin_input_ids, r.output_ids, r.seed, r.output_len());
   time_.sample_seconds += seconds(Clock::now() - start);
+  accept_sampled(r, t);
+}
+
+void Scheduler::accept_sampled(Req& r, const SampledToken& t) {
   r.output_ids.push_back(t.token);
   const Clock::time_point now = Clock::now();
   if (metrics_) {

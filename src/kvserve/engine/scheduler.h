@@ -24,6 +24,7 @@
 
 #include "kvserve/engine/metrics.h"
 #include "kvserve/engine/req.h"
+#include "kvserve/engine/sampler.h"
 #include "kvserve/engine/schedule_policy.h"
 #include "kvserve/engine/stream_dispatcher.h"
 #include "kvserve/mem/allocation.h"
@@ -100,7 +101,10 @@ class Scheduler {
   void retract(Req* r);
   void init_next_round_input(Req& r);
   void timed_forward(model::ForwardBatch& batch);  // runner_.forward into logits_, timed
-  void accept_token(Req& r, std::span<const float> logits);
+  // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
+  void timed_forward_greedy(model::ForwardBatch& batch);
+  void accept_token(Req& r, std::span<const float> logits);  // sample, then accept_sampled
+  void accept_sampled(Req& r, const SampledToken& t);
   void check_finished(Req& r);
   void emit(Req& r, StreamEvent event);
   void finish_and_release(Req& r);
@@ -128,6 +132,7 @@ class Scheduler {
   int64_t decode_steps_ = 0;
   SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
+  std::vector<int32_t> greedy_tokens_;
   StreamOutputs outbox_;
 };
 
