@@ -15,7 +15,7 @@ struct GemmParams {
   const void* bias = nullptr;  // [n] or null
   void* c = nullptr;           // [m, n], row stride ldc
   DType dtype = DType::kF32;   // of a, b, bias and c (the CPU platform computes f32)
-  bool c_f32 = false;          // c is f32 whatever `dtype` is (logits from bf16 weights)
+  bool c_f32 = false;          // c is f32 whatever `dtype` is (logits from bf16 weights; no bias)
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;

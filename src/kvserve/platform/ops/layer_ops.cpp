@@ -25,6 +25,10 @@ void dispatch(platform::Platform& p, const Params& params, platform::StreamHandl
 }  // namespace
 
 void gemm(platform::Platform& p, const GemmParams& params, platform::StreamHandle stream) {
+  // cuBLASLt's bias epilogue takes a bias of the output's type: an f32 output from 16-bit inputs
+  // would need an f32 bias (no caller has one: the logits GEMM has no bias).
+  KV_CHECK(!(params.bias != nullptr && params.c_f32 && params.dtype != DType::kF32),
+           "gemm: a bias with an f32 output needs {} inputs to be f32", dtype_name(params.dtype));
   dispatch(p, params, stream, cpu::gemm, platform::cuda::gemm);
 }
 

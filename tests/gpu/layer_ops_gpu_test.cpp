@@ -1,0 +1,306 @@
+// The CUDA layer ops (platform/cuda/layer_ops.cu, gemm.cpp) against the CPU ops on the same
+// bf16-rounded inputs, on odd sizes: embedding and argmax exactly; RMSNorm (with and without the
+// fused residual), split-qkv + rope, SiLU-and-mul within bf16 rounding of the f32 result; the
+// cuBLASLt GEMM (bias, f32 output) against a float64 product. Skips itself without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <random>
+
+#include "kvserve/core/dtype.h"
+#include "kvserve/platform/ops/gemm.h"
+#include "kvserve/platform/ops/layer_ops.h"
+#include "kvserve/platform/platform.h"
+
+namespace kvserve {
+namespace {
+
+class LayerOpsGpuTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    auto p = platform::create_platform(Device{DeviceKind::kCuda, 0});
+    if (!p.is_ok()) GTEST_SKIP() << p.status().to_string();
+    gpu_ = std::move(p).value();
+    std::cout << "[ seed     ] " << kSeed << std::endl;
+  }
+
+  // Random values rounded to bf16: `host` holds them as f32 (the CPU ops' input), the returned
+  // tensor as bf16 on the device.
+  Tensor random_bf16(std::vector<float>& host, int64_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    host.resize(n);
+    std::vector<uint16_t> bits(n);
+    for (int64_t i = 0; i < n; ++i) {
+      bits[i] = float_to_bf16(d(rng_));
+      host[i] = bf16_to_float(bits[i]);
+    }
+    return upload(bits.data(), DType::kBF16, n);
+  }
+  Tensor upload(const void* data, DType t, int64_t n) {
+    auto tensor = gpu_->empty(t, {n});
+    KV_CHECK(tensor.is_ok(), "{}", tensor.status().to_string());
+    gpu_->copy(tensor->data(), data, n * dtype_size(t), platform::CopyKind::kHostToDevice);
+    return std::move(tensor).value();
+  }
+  Tensor empty(DType t, int64_t n) { return std::move(gpu_->empty(t, {n})).value(); }
+  std::vector<float> download_bf16(const Tensor& t, int64_t n) {
+    std::vector<uint16_t> bits(n);
+    gpu_->copy(bits.data(), t.data(), n * 2, platform::CopyKind::kDeviceToHost);
+    gpu_->synchronize();
+    std::vector<float> out(n);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = bf16_to_float(bits[i]);
+    return out;
+  }
+  // Every element within `rel` of the reference's magnitude (plus a small absolute floor).
+  static void expect_close(const std::vector<float>& ref, const std::vector<float>& got, float rel,
+                           const std::string& what) {
+    ASSERT_EQ(ref.size(), got.size());
+    int bad = 0;
+    for (size_t i = 0; i < ref.size() && bad < 5; ++i) {
+      if (std::abs(ref[i] - got[i]) > rel * std::abs(ref[i]) + 1e-3f) {
+        ++bad;
+        ADD_FAILURE() << what << " [" << i << "]: reference " << ref[i] << ", cuda " << got[i];
+      }
+    }
+  }
+
+  static constexpr uint64_t kSeed = 20261130;
+  std::mt19937_64 rng_{kSeed};
+  std::unique_ptr<platform::Platform> gpu_;
+};
+
+// bf16 keeps 8 significant bits: one rounding of the result is within 2^-8 relative.
+constexpr float kBf16 = 1.0f / 128;
+
+TEST_F(LayerOpsGpuTest, RmsNormWithAndWithoutResidual) {
+  for (const int64_t rows : {1, 7, 33}) {
+    for (const int64_t cols : {64, 1000, 4096}) {
+      std::vector<float> x, res, w;
+      Tensor dx = random_bf16(x, rows * cols);
+      Tensor dres = random_bf16(res, rows * cols);
+      Tensor dw = random_bf16(w, cols);
+      Tensor dout = empty(DType::kBF16, rows * cols);
+      // Without a residual.
+      std::vector<float> out(rows * cols);
+      ops::cpu::rms_norm({.x = x.data(),
+                          .out = out.data(),
+                          .weight = w.data(),
+                          .rows = rows,
+                          .cols = cols,
+                          .x_stride = cols,
+                          .eps = 1e-5f});
+      ops::rms_norm(*gpu_, {.x = dx.data(),
+                            .out = dout.data(),
+                            .weight = dw.data(),
+                            .dtype = DType::kBF16,
+                            .rows = rows,
+                            .cols = cols,
+                            .x_stride = cols,
+                            .eps = 1e-5f});
+      expect_close(out, download_bf16(dout, rows * cols), 2 * kBf16, "rms_norm");
+      // With the fused residual: residual = x + residual (rounded to bf16 on the device).
+      std::vector<float> res_cpu = res;
+      ops::cpu::rms_norm({.x = x.data(),
+                          .residual = res_cpu.data(),
+                          .out = out.data(),
+                          .weight = w.data(),
+                          .rows = rows,
+                          .cols = cols,
+                          .x_stride = cols,
+                          .eps = 1e-5f});
+      ops::rms_norm(*gpu_, {.x = dx.data(),
+                            .residual = dres.data(),
+                            .out = dout.data(),
+                            .weight = dw.data(),
+                            .dtype = DType::kBF16,
+                            .rows = rows,
+                            .cols = cols,
+                            .x_stride = cols,
+                            .eps = 1e-5f});
+      expect_close(res_cpu, download_bf16(dres, rows * cols), kBf16, "residual");
+      expect_close(out, download_bf16(dout, rows * cols), 3 * kBf16, "fused rms_norm");
+    }
+  }
+}
+
+TEST_F(LayerOpsGpuTest, SplitQkvRopeAndSiluAndMul) {
+  struct Shape {
+    int32_t heads, kv_heads, head_dim;
+  };
+  std::uniform_int_distribution<int32_t> pos(0, 4097);
+  for (const Shape s : {Shape{32, 8, 128}, Shape{14, 2, 64}, Shape{6, 2, 64}}) {
+    for (const int64_t n : {1, 7, 33}) {
+      const int64_t qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
+      std::vector<float> qkv;
+      Tensor dqkv = random_bf16(qkv, n * (qd + 2 * kvd));
+      std::vector<int32_t> positions(n);
+      for (int32_t& p : positions)
+        p = pos(rng_);
+      std::vector<float> inv_freq(s.head_dim / 2);
+      for (size_t i = 0; i < inv_freq.size(); ++i)
+        inv_freq[i] = std::pow(500000.0f, -2.0f * i / s.head_dim);
+      Tensor dpos = upload(positions.data(), DType::kI32, n);
+      Tensor dfreq = upload(inv_freq.data(), DType::kF32, static_cast<int64_t>(inv_freq.size()));
+      std::vector<float> q(n * qd), k(n * kvd), v(n * kvd);
+      Tensor dq = empty(DType::kBF16, n * qd), dk = empty(DType::kBF16, n * kvd),
+             dv = empty(DType::kBF16, n * kvd);
+      ops::SplitQkvRopeParams p{.qkv = qkv.data(),
+                                .q = q.data(),
+                                .k = k.data(),
+                                .v = v.data(),
+                                .positions = positions.data(),
+                                .inv_freq = inv_freq.data(),
+                                .num_tokens = n,
+                                .num_heads = s.heads,
+                                .num_kv_heads = s.kv_heads,
+                                .head_dim = s.head_dim,
+                                .rotary_dim = s.head_dim};
+      ops::cpu::split_qkv_rope(p);
+      p.qkv = dqkv.data();
+      p.q = dq.data();
+      p.k = dk.data();
+      p.v = dv.data();
+      p.dtype = DType::kBF16;
+      p.positions = dpos.data_as<int32_t>();
+      p.inv_freq = dfreq.data_as<float>();
+      ops::split_qkv_rope(*gpu_, p);
+      expect_close(q, download_bf16(dq, n * qd), 2 * kBf16, "q");
+      expect_close(k, download_bf16(dk, n * kvd), 2 * kBf16, "k");
+      expect_close(v, download_bf16(dv, n * kvd), 0, "v");  // a copy
+
+      std::vector<float> act(n * qd / 2);
+      Tensor dact = empty(DType::kBF16, n * qd / 2);
+      ops::cpu::silu_and_mul({.x = q.data(), .out = act.data(), .num_tokens = n, .inter = qd / 2});
+      ops::silu_and_mul(*gpu_, {.x = dq.data(),
+                                .out = dact.data(),
+                                .dtype = DType::kBF16,
+                                .num_tokens = n,
+                                .inter = qd / 2});
+      // The device read its own bf16 q, the CPU its f32 q: two roundings apart at most.
+      expect_close(act, download_bf16(dact, n * qd / 2), 4 * kBf16, "silu_and_mul");
+    }
+  }
+}
+
+TEST_F(LayerOpsGpuTest, EmbeddingAndArgmaxAreExact) {
+  const int64_t vocab = 1000, hidden = 72, n = 33;
+  std::vector<float> table;
+  Tensor dtable = random_bf16(table, vocab * hidden);
+  std::vector<int32_t> ids(n);
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  for (int32_t& i : ids)
+    i = id(rng_);
+  Tensor dids = upload(ids.data(), DType::kI32, n);
+  Tensor dout = empty(DType::kBF16, n * hidden);
+  ops::embedding(*gpu_, {.table = dtable.data(),
+                         .ids = dids.data_as<int32_t>(),
+                         .out = dout.data(),
+                         .dtype = DType::kBF16,
+                         .num_tokens = n,
+                         .hidden = hidden,
+                         .vocab = vocab});
+  const std::vector<float> got = download_bf16(dout, n * hidden);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < hidden; ++j)
+      ASSERT_EQ(got[t * hidden + j], table[ids[t] * hidden + j]) << t << "," << j;
+  }
+  // Argmax over rows of 128,256 with planted ties: the lowest index wins, as on the host.
+  const int64_t rows = 7, cols = 128256;
+  std::vector<float> logits(rows * cols);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  for (float& x : logits)
+    x = d(rng_);
+  logits[2 * cols + 5] = logits[2 * cols + 90000] = 100.0f;
+  Tensor dlogits = upload(logits.data(), DType::kF32, rows * cols);
+  Tensor dbest = empty(DType::kI32, rows);
+  ops::argmax_rows(*gpu_, dlogits.data_as<float>(), rows, cols, dbest.data_as<int32_t>());
+  std::vector<int32_t> best(rows), host(rows);
+  gpu_->copy(best.data(), dbest.data(), rows * 4, platform::CopyKind::kDeviceToHost);
+  gpu_->synchronize();
+  ops::argmax_rows(*platform::create_platform(Device{}).value(), logits.data(), rows, cols,
+                   host.data());
+  EXPECT_EQ(best, host);
+  EXPECT_EQ(best[2], 5);
+}
+
+TEST_F(LayerOpsGpuTest, CublasLtGemmMatchesFloat64) {
+  struct Shape {
+    int64_t m, n, k;
+    bool bias, f32_out;
+  };
+  for (const Shape s : {Shape{1, 4096, 4096, false, false}, Shape{7, 1000, 64, true, false},
+                        Shape{33, 6144, 1000, true, false}, Shape{33, 128256, 64, false, true},
+                        Shape{200, 896, 896, false, true}}) {
+    std::vector<float> a, b, bias;
+    Tensor da = random_bf16(a, s.m * s.k);
+    Tensor db = random_bf16(b, s.n * s.k, 0.05f);
+    Tensor dbias = random_bf16(bias, s.n);
+    Tensor dc = empty(s.f32_out ? DType::kF32 : DType::kBF16, s.m * s.n);
+    ops::gemm(*gpu_, {.a = da.data(),
+                      .b = db.data(),
+                      .bias = s.bias ? dbias.data() : nullptr,
+                      .c = dc.data(),
+                      .dtype = DType::kBF16,
+                      .c_f32 = s.f32_out,
+                      .m = s.m,
+                      .n = s.n,
+                      .k = s.k,
+                      .lda = s.k,
+                      .ldb = s.k,
+                      .ldc = s.n});
+    std::vector<float> got;
+    if (s.f32_out) {
+      got.resize(s.m * s.n);
+      gpu_->copy(got.data(), dc.data(), got.size() * 4, platform::CopyKind::kDeviceToHost);
+      gpu_->synchronize();
+    } else {
+      got = download_bf16(dc, s.m * s.n);
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double ref = s.bias ? bias[j] : 0.0, mag = std::abs(ref);
+        for (int64_t p = 0; p < s.k; ++p) {
+          ref += double(a[i * s.k + p]) * b[j * s.k + p];
+          mag += std::abs(double(a[i * s.k + p]) * b[j * s.k + p]);
+        }
+        // f32 accumulation error is far below the output's bf16 rounding; bound by both.
+        const double err = std::abs(got[i * s.n + j] - ref);
+        const double tol = (s.f32_out ? 1e-5 : kBf16) * std::abs(ref) + 4e-5 * mag + 1e-6;
+        worst = std::max(worst, err / tol);
+        if (err > tol) {
+          ADD_FAILURE() << s.m << "x" << s.n << "x" << s.k << " [" << i << "," << j
+                        << "]: reference " << ref << ", cuda " << got[i * s.n + j];
+          return;
+        }
+      }
+    }
+    std::cout << "[ gemm     ] " << s.m << "x" << s.n << "x" << s.k << (s.bias ? " +bias" : "")
+              << (s.f32_out ? " f32 out" : "") << ": worst error " << worst << " of tolerance"
+              << std::endl;
+  }
+}
+
+TEST_F(LayerOpsGpuTest, GemmRejectsABiasWithAnF32OutputOf16BitInputs) {
+  std::vector<float> a, b, bias;
+  Tensor da = random_bf16(a, 8 * 64), db = random_bf16(b, 16 * 64), dbias = random_bf16(bias, 16);
+  Tensor dc = empty(DType::kF32, 8 * 16);
+  EXPECT_THROW(ops::gemm(*gpu_, {.a = da.data(),
+                                 .b = db.data(),
+                                 .bias = dbias.data(),
+                                 .c = dc.data(),
+                                 .dtype = DType::kBF16,
+                                 .c_f32 = true,
+                                 .m = 8,
+                                 .n = 16,
+                                 .k = 64,
+                                 .lda = 64,
+                                 .ldb = 64,
+                                 .ldc = 16}),
+               CheckError);
+}
+
+}  // namespace
+}  // namespace kvserve
