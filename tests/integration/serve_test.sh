@@ -33,15 +33,19 @@ key=sk-kvserve-test
   --page-size 16 >"$work/server.log" 2>&1 &
 server_pid=$!
 
-port=
-for _ in $(seq 1 600); do
-  port=$(sed -n 's|.*ready to roll! http://[^:]*:\([0-9]*\).*|\1|p' "$work/server.log")
-  [ -n "$port" ] && break
-  kill -0 "$server_pid" 2>/dev/null || fail "the server exited during startup"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "the server did not start within 60 s"
-base=http://127.0.0.1:$port
+# Waits for the "ready to roll" line of $work/server.log; sets $base.
+wait_ready() {
+  local port=
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's|.*ready to roll! http://[^:]*:\([0-9]*\).*|\1|p' "$work/server.log")
+    [ -n "$port" ] && break
+    kill -0 "$server_pid" 2>/dev/null || fail "the server exited during startup"
+    sleep 0.1
+  done
+  [ -n "$port" ] || fail "the server did not start within 60 s"
+  base=http://127.0.0.1:$port
+}
+wait_ready
 auth=(-H "Authorization: Bearer $key")
 echo "server on $base (pid $server_pid)"
 
@@ -131,3 +135,34 @@ if [ "$tokens" -lt 1900 ]; then
   grep -q '^data: \[DONE\]' "$work/stream" || fail "a stream cut by shutdown did not end with [DONE]"
 fi
 echo "graceful shutdown passed"
+
+# --- speech recognition -------------------------------------------------------------------------
+# A Whisper checkpoint (random weights: gibberish text) served by the same command: OpenAI's
+# /v1/audio/transcriptions with a multipart upload; the LLM routes answer 400; SIGTERM exits 0.
+"$kvserve" make-model --preset whisper-test --output "$work/whisper" --seed 5 >/dev/null
+"$kvserve" serve --model-path "$work/whisper" --port 0 --api-key "$key" >"$work/server.log" 2>&1 &
+server_pid=$!
+wait_ready
+clip="$here/../fixtures/audio/hello_16k.wav"
+status 200 POST /v1/audio/transcriptions "${auth[@]}" -F file=@"$clip" -F model=whisper
+jq -e '.text | type == "string"' "$work/body" >/dev/null || fail "transcription: $(cat "$work/body")"
+status 200 POST /v1/audio/transcriptions "${auth[@]}" -F file=@"$clip" -F response_format=verbose_json
+jq -e '.task == "transcribe" and .duration > 1 and (.segments | length == 1)' "$work/body" \
+  >/dev/null || fail "verbose_json: $(cat "$work/body")"
+status 400 POST /v1/audio/transcriptions "${auth[@]}" -F file=@"$clip" -F language=xx
+jq -e '.error.param == "language"' "$work/body" >/dev/null || fail "bad language: $(cat "$work/body")"
+status 401 POST /v1/audio/transcriptions -F file=@"$clip"
+status 400 POST /v1/completions "${auth[@]}" -H 'Content-Type: application/json' -d "$completion"
+grep -q "speech-recognition model" "$work/body" || fail "LLM route on Whisper: $(cat "$work/body")"
+kill -TERM "$server_pid"
+for _ in $(seq 1 100); do
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$server_pid" 2>/dev/null && fail "the Whisper server is still running 10 s after SIGTERM"
+rc=0
+wait "$server_pid" || rc=$?
+server_pid=
+[ "$rc" = 0 ] || fail "the Whisper server exited with $rc after SIGTERM"
+grep -q "server stopped" "$work/server.log" || fail "no 'server stopped' in the Whisper server log"
+echo "speech recognition passed"

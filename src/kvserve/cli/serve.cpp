@@ -9,7 +9,9 @@
 #include "kvserve/cli/default_model.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/engine.h"
+#include "kvserve/model/whisper_transcriber.h"
 #include "kvserve/server/http_server.h"
+#include "kvserve/server/transcription_server.h"
 
 namespace kvserve::cli {
 namespace {
@@ -17,7 +19,69 @@ namespace {
 struct ServeOptions {
   engine::EngineOptions engine;
   server::ServerOptions server;
+  std::string encoder_kv_layout = "aligned";  // Whisper checkpoints only
 };
+
+int load_failure(const Status& s) {
+  fmt::print(stderr, "kvserve serve: {}\n", s.message());
+  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
+}
+
+// Serves until SIGINT / SIGTERM (which must be blocked in `signals` by the caller): one thread
+// takes the signal (sigwait) and calls `shutdown`, which stops accepting and ends the work in
+// flight, so that http.run() returns.
+template <typename Server, typename Shutdown>
+int serve_until_signal(Server& http, const std::string& host, sigset_t signals, Shutdown shutdown) {
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    KV_LOG_INFO("received signal {}; shutting down", sig);
+    shutdown();
+  });
+  KV_LOG_INFO("The server is fired up and ready to roll! http://{}:{}", host, http.port());
+  http.run();
+  // run() returned: stop() was called (by the signal thread). Wake it if it is still waiting.
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  KV_LOG_INFO("server stopped");
+  return 0;
+}
+
+// A Whisper checkpoint: the transcription service (one worker thread owns the model) behind
+// OpenAI's /v1/audio/transcriptions.
+int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
+  const model::ModelRunnerOptions& r = o.engine.runner;
+  if (r.device != "cpu") {
+    return load_failure(invalid_argument(
+        "--device {}: Whisper runs on the CPU so far; use --device cpu (the default)", r.device));
+  }
+  server::TranscriptionServiceOptions so;
+  so.runner.page_size = r.page_size;
+  so.runner.attention_backend = r.attention_backend.empty() ? "cpu" : r.attention_backend;
+  so.runner.max_running_requests = r.max_running_requests > 0 ? r.max_running_requests : 8;
+  so.runner.max_total_tokens = r.max_total_tokens;
+  auto layout = mem::parse_encoder_kv_layout(o.encoder_kv_layout);
+  if (!layout.is_ok()) {
+    return load_failure(invalid_argument("--encoder-kv-layout: {}", layout.status().message()));
+  }
+  so.runner.layout = *layout;
+  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on the CPU",
+              o.engine.model_path.string());
+  auto service = server::TranscriptionService::create(o.engine.model_path, so);
+  if (!service.is_ok()) return load_failure(service.status());
+  KV_LOG_INFO("speech recognition: page size {}, {} encoder KV layout, batches of up to {}",
+              so.runner.page_size, o.encoder_kv_layout, so.runner.max_running_requests);
+  server::TranscriptionServer http(**service, o.engine.model_path.string(), o.server);
+  if (Status s = http.bind(); !s.is_ok()) {
+    fmt::print(stderr, "kvserve serve: {}\n", s.message());
+    return 1;
+  }
+  // Stop accepting, then let the worker finish its batch and fail what is queued (503).
+  return serve_until_signal(http, o.server.host, signals, [&] {
+    http.stop();
+    (*service)->shutdown();
+  });
+}
 
 int run_serve(ServeOptions o) {
   std::string model_path = o.engine.model_path.string();
@@ -29,18 +93,13 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (model::is_whisper_checkpoint(o.engine.model_path)) return run_serve_whisper(o, signals);
 
   KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
               o.engine.runner.device);
   o.engine.runner.show_progress = true;
   auto engine = engine::Engine::create(o.engine);
-  if (!engine.is_ok()) {
-    fmt::print(stderr, "kvserve serve: {}\n", engine.status().message());
-    return engine.status().code() == StatusCode::kInvalidArgument ||
-                   engine.status().code() == StatusCode::kNotFound
-               ? 2
-               : 1;
-  }
+  if (!engine.is_ok()) return load_failure(engine.status());
   KV_LOG_INFO("{}", (*engine)->summary());
   KV_LOG_INFO("max_total_num_tokens={}, max_running_requests={}, context_len={}",
               (*engine)->max_total_tokens(), (*engine)->max_running_requests(),
@@ -50,22 +109,12 @@ int run_serve(ServeOptions o) {
     fmt::print(stderr, "kvserve serve: {}\n", s.message());
     return 1;
   }
-  std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    KV_LOG_INFO("received signal {}; shutting down", sig);
-    // Stop accepting, then end what is in flight (streams get finish_reason abort), so the HTTP
-    // workers return promptly and run() below comes back.
+  // Stop accepting, then end what is in flight (streams get finish_reason abort), so the HTTP
+  // workers return promptly and run() comes back.
+  return serve_until_signal(http, o.server.host, signals, [&] {
     http.stop();
     (*engine)->shutdown();
   });
-  KV_LOG_INFO("The server is fired up and ready to roll! http://{}:{}", o.server.host, http.port());
-  http.run();
-  // run() returned: stop() was called (by the signal thread). Wake it if it is still waiting.
-  pthread_kill(signal_thread.native_handle(), SIGTERM);
-  signal_thread.join();
-  KV_LOG_INFO("server stopped");
-  return 0;
 }
 
 }  // namespace
@@ -100,12 +149,18 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
 
 Command add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over HTTP (OpenAI API and /generate)");
+  CLI::App* cmd =
+      app.add_subcommand("serve",
+                         "Serve a model over HTTP (OpenAI API and /generate; a Whisper checkpoint: "
+                         "/v1/audio/transcriptions)");
   add_model_options(cmd, o->engine);
   cmd->add_option("--host", o->server.host)->capture_default_str();
   cmd->add_option("--port", o->server.port, "0: any free port")->capture_default_str();
   cmd->add_option("--api-key", o->server.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--served-model-name", o->server.served_model_name);
+  cmd->add_option("--encoder-kv-layout", o->encoder_kv_layout,
+                  "Whisper checkpoints: aligned or ragged encoder KV rows")
+      ->capture_default_str();
   cmd->add_option("--sampling-defaults", o->server.sampling_defaults,
                   "model: generation_config.json's temperature/top_p/top_k/min_p/"
                   "repetition_penalty for what a request leaves out; openai: the API's defaults")

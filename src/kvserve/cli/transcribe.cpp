@@ -13,20 +13,15 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "kvserve/audio/audio_file.h"
-#include "kvserve/audio/log_mel.h"
-#include "kvserve/audio/log_mel_config.h"
-#include "kvserve/audio/resample.h"
 #include "kvserve/cli/commands.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/model/whisper_generate.h"
-#include "kvserve/model/whisper_runner.h"
-#include "kvserve/tokenizer/tokenizer.h"
+#include "kvserve/model/whisper_transcriber.h"
 
 namespace kvserve::cli {
 namespace {
@@ -45,13 +40,6 @@ struct TranscribeOptions {
   std::string device = "cpu";
 };
 
-// What the model needs besides the runner: features and text.
-struct Transcriber {
-  std::unique_ptr<model::WhisperRunner> runner;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::optional<audio::LogMelExtractor> mel;
-};
-
 // One decoded file waiting for its batch.
 struct PendingFile {
   std::string name;  // as given on the command line
@@ -62,12 +50,6 @@ struct PendingFile {
 int fail(const Status& s) {
   fmt::print(stderr, "kvserve transcribe: {}\n", s.message());
   return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
-}
-
-std::string trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  return std::string(s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1));
 }
 
 Status check_flags(const TranscribeOptions& o) {
@@ -88,29 +70,7 @@ Status check_flags(const TranscribeOptions& o) {
   return Status::ok();
 }
 
-// --language and --task against the model's generation_config.json.
-Status check_language_and_task(const model::WhisperRunner& r, const TranscribeOptions& o) {
-  const model::WhisperGenerationConfig& g = r.generation_config();
-  if (g.is_multilingual) {
-    if (!g.language_id(o.language)) {
-      return invalid_argument("--language: unknown language '{}' (not in the model's lang_to_id)",
-                              o.language);
-    }
-    if (!g.task_id(o.task)) {
-      return invalid_argument("--task: the model has no task '{}' in task_to_id", o.task);
-    }
-  } else {
-    if (o.language != "en" && o.language != "<|en|>") {
-      return invalid_argument("--language {}: this model is English-only", o.language);
-    }
-    if (o.task != "transcribe")
-      return invalid_argument("--task {}: this model is English-only", o.task);
-  }
-  model::WhisperGenerateOptions gopt{.language = o.language, .task = o.task};
-  return whisper_prompt(r.config(), g, gopt).status();
-}
-
-Result<Transcriber> load(const TranscribeOptions& o) {
+Result<std::unique_ptr<model::WhisperTranscriber>> load(const TranscribeOptions& o) {
   const std::filesystem::path dir = o.model_path;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -125,61 +85,19 @@ Result<Transcriber> load(const TranscribeOptions& o) {
     return invalid_argument("--encoder-kv-layout: {}", layout.status().message());
   }
   ropt.layout = *layout;
-
-  Transcriber t;
-  KV_ASSIGN_OR_RETURN(t.runner, model::WhisperRunner::create(dir, ropt));
-  KV_RETURN_IF_ERROR(check_language_and_task(*t.runner, o));
-  KV_ASSIGN_OR_RETURN(t.tokenizer, tokenizer::Tokenizer::from_directory(dir));
-
-  // The feature extractor: preprocessor_config.json, or Whisper's defaults without one.
-  const model::WhisperConfig& c = t.runner->config();
-  audio::LogMelConfig mel_config;
-  mel_config.feature_size = c.num_mel_bins;
-  const std::filesystem::path pre = dir / "preprocessor_config.json";
-  if (std::filesystem::exists(pre, ec)) {
-    KV_ASSIGN_OR_RETURN(mel_config, audio::parse_preprocessor_config(pre));
-  }
-  if (mel_config.feature_size != c.num_mel_bins) {
-    return invalid_argument("{}: feature_size {} differs from config.json's num_mel_bins {}",
-                            pre.string(), mel_config.feature_size, c.num_mel_bins);
-  }
-  if (mel_config.num_frames() != c.input_frames()) {
-    return invalid_argument("{}: {} frames per window, but the encoder takes {}", pre.string(),
-                            mel_config.num_frames(), c.input_frames());
-  }
-  KV_ASSIGN_OR_RETURN(auto mel, audio::LogMelExtractor::create(mel_config));
-  t.mel.emplace(std::move(mel));
+  KV_ASSIGN_OR_RETURN(auto t, model::WhisperTranscriber::load(dir, ropt));
+  KV_RETURN_IF_ERROR(t->check_language_and_task(o.language, o.task));
   return t;
 }
 
 // Decode, resample and log-mel one file; errors name it.
-Result<PendingFile> prepare(const Transcriber& t, const std::string& name) {
-  const audio::LogMelConfig& mc = t.mel->config();
-  auto clip = audio::decode_audio_file(name, mc.chunk_length);
-  if (!clip.is_ok()) {
-    // audio_file.h's message for a clip over the limit; say why there is a limit.
-    if (clip.status().message().find("longer than the limit") != std::string::npos) {
-      return invalid_argument("{} (long-form transcription, in {} s chunks, is not supported yet)",
-                              clip.status().message(), mc.chunk_length);
-    }
-    return clip.status();
-  }
+Result<PendingFile> prepare(const model::WhisperTranscriber& t, const std::string& name) {
+  KV_ASSIGN_OR_RETURN(model::PreparedAudio audio, t.prepare_file(name));
   PendingFile f;
   f.name = name;
-  f.seconds = clip->seconds();
-  auto resampled = audio::resample_clip(std::move(clip).value(), mc.sampling_rate);
-  if (!resampled.is_ok()) {
-    return invalid_argument("{}: {}", name, resampled.status().message());
-  }
-  f.request.features = t.mel->compute(resampled->samples);
+  f.seconds = audio.seconds;
+  f.request.features = std::move(audio.features);
   return f;
-}
-
-std::string language_code(std::string_view language) {
-  if (language.starts_with("<|") && language.ends_with("|>")) {
-    language = language.substr(2, language.size() - 4);
-  }
-  return std::string(language);
 }
 
 std::string format_line(const TranscribeOptions& o, const PendingFile& f, const std::string& text,
@@ -187,7 +105,7 @@ std::string format_line(const TranscribeOptions& o, const PendingFile& f, const 
   if (o.response_format == "text") return fmt::format("{}: {}", f.name, text);
   nlohmann::ordered_json j = {{"file", f.name}, {"text", text}};
   if (o.response_format == "verbose_json") {
-    j["language"] = language_code(o.language);
+    j["language"] = model::whisper_language_code(o.language);
     j["duration"] = f.seconds;
     j["tokens"] = tokens;
   }
@@ -195,19 +113,19 @@ std::string format_line(const TranscribeOptions& o, const PendingFile& f, const 
 }
 
 // Greedy decoding of one batch, printed in file order. Returns the tokens generated.
-Result<size_t> run_batch(Transcriber& t, const TranscribeOptions& o,
+Result<size_t> run_batch(model::WhisperTranscriber& t, const TranscribeOptions& o,
                          std::vector<PendingFile>& batch) {
   std::vector<model::WhisperRequest> requests;
   for (PendingFile& f : batch)
     requests.push_back(std::move(f.request));
   const model::WhisperGenerateOptions gopt{
       .language = o.language, .task = o.task, .max_new_tokens = o.max_new_tokens};
-  KV_ASSIGN_OR_RETURN(auto results, model::whisper_greedy_generate(*t.runner, requests, gopt));
+  KV_ASSIGN_OR_RETURN(auto results, model::whisper_greedy_generate(t.runner(), requests, gopt));
   size_t generated = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const std::vector<int32_t>& tokens = results[i].tokens;
     generated += tokens.size();
-    const std::string text = trim(t.tokenizer->decode(tokens, /*skip_special_tokens=*/true));
+    const std::string text = t.text(tokens);
     fmt::print("{}\n", format_line(o, batch[i], text, tokens));
   }
   std::fflush(stdout);
@@ -219,9 +137,9 @@ int run_transcribe(const TranscribeOptions& o) {
   if (Status s = check_flags(o); !s.is_ok()) return fail(s);
   auto loaded = load(o);
   if (!loaded.is_ok()) return fail(loaded.status());
-  Transcriber& t = *loaded;
+  model::WhisperTranscriber& t = **loaded;
   KV_LOG_INFO("transcribe: {} ({} + {} layers), page size {}, {} encoder KV layout, batches of {}",
-              o.model_path, t.runner->config().encoder_layers, t.runner->config().decoder_layers,
+              o.model_path, t.runner().config().encoder_layers, t.runner().config().decoder_layers,
               o.page_size, o.encoder_kv_layout, o.max_running_requests);
 
   const auto t0 = std::chrono::steady_clock::now();

@@ -122,59 +122,25 @@ void widen_listen_backlog(int port) {
 
 }  // namespace
 
-HttpServer::HttpServer(engine::Engine& engine, ServerOptions options)
-    : engine_(engine), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
-  model_name_ =
-      options_.served_model_name.empty() ? engine_.model_name() : options_.served_model_name;
-  install_routes();
-}
-
-HttpServer::~HttpServer() {
-  stop();
-}
-
-Status HttpServer::bind() {
-  if (options_.port == 0) {
-    bound_port_ = http_->bind_to_any_port(options_.host);
-    if (bound_port_ <= 0) return unavailable("cannot bind {}: no free port", options_.host);
-  } else {
-    if (!http_->bind_to_port(options_.host, options_.port)) {
-      return unavailable("cannot bind {}:{} (in use, or not a local address)", options_.host,
-                         options_.port);
-    }
-    bound_port_ = options_.port;
-  }
-  widen_listen_backlog(bound_port_);
-  return Status::ok();
-}
-
-void HttpServer::run() {
-  http_->listen_after_bind();
-}
-
-void HttpServer::stop() {
-  if (http_) http_->stop();
-}
-
-void HttpServer::install_routes() {
-  httplib::Server& s = *http_;
-  const int threads = options_.http_threads;
+void configure_http_server(httplib::Server& s, const ServerOptions& options) {
+  const int threads = options.http_threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_payload_max_length(options_.max_body_bytes);
-  s.set_read_timeout(options_.read_timeout_s, 0);
+  s.set_payload_max_length(options.max_body_bytes);
+  s.set_read_timeout(options.read_timeout_s, 0);
   s.set_keep_alive_max_count(10000);
 
   // Authentication: everything but /health needs the key.
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    send_error(res, {401, "invalid API key (send Authorization: Bearer <key>)",
-                     "invalid_request_error", "", "invalid_api_key"});
-    return httplib::Server::HandlerResponse::Handled;
-  });
+  s.set_pre_routing_handler(
+      [key = options.api_key](const httplib::Request& req, httplib::Response& res) {
+        if (key.empty() || req.path == "/health")
+          return httplib::Server::HandlerResponse::Unhandled;
+        if (req.get_header_value("Authorization") == "Bearer " + key) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        send_error(res, {401, "invalid API key (send Authorization: Bearer <key>)",
+                         "invalid_request_error", "", "invalid_api_key"});
+        return httplib::Server::HandlerResponse::Handled;
+      });
   // Errors httplib produces itself (404, 405, 413, 400 on a broken request) get a JSON body.
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -198,6 +164,48 @@ void HttpServer::install_routes() {
         KV_LOG_ERROR("handler failed: {}", what);
         send_error(res, {500, "internal error: " + what, "internal_error", "", ""});
       });
+}
+
+Result<int> bind_http_server(httplib::Server& s, const ServerOptions& options) {
+  int port = options.port;
+  if (port == 0) {
+    port = s.bind_to_any_port(options.host);
+    if (port <= 0) return unavailable("cannot bind {}: no free port", options.host);
+  } else if (!s.bind_to_port(options.host, options.port)) {
+    return unavailable("cannot bind {}:{} (in use, or not a local address)", options.host,
+                       options.port);
+  }
+  widen_listen_backlog(port);
+  return port;
+}
+
+HttpServer::HttpServer(engine::Engine& engine, ServerOptions options)
+    : engine_(engine), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+  model_name_ =
+      options_.served_model_name.empty() ? engine_.model_name() : options_.served_model_name;
+  install_routes();
+}
+
+HttpServer::~HttpServer() {
+  stop();
+}
+
+Status HttpServer::bind() {
+  KV_ASSIGN_OR_RETURN(bound_port_, bind_http_server(*http_, options_));
+  return Status::ok();
+}
+
+void HttpServer::run() {
+  http_->listen_after_bind();
+}
+
+void HttpServer::stop() {
+  if (http_) http_->stop();
+}
+
+void HttpServer::install_routes() {
+  httplib::Server& s = *http_;
+  configure_http_server(s, options_);
 
   ModelLimits limits{
       engine_.context_len(), engine_.model_config().vocab_size, engine_.tokenizer(), nullptr, {}};

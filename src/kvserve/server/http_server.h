@@ -33,6 +33,14 @@ struct ServerOptions {
   std::string sampling_defaults = "model";
 };
 
+// Shared with the transcription server (server/transcription_server.h): the worker pool, body
+// limit and timeouts, the API key check, and JSON bodies for httplib's own errors and for
+// exceptions.
+void configure_http_server(httplib::Server& s, const ServerOptions& options);
+// Binds per options (port 0: any free port), raises the listen backlog; returns the port, or
+// kUnavailable naming the address.
+Result<int> bind_http_server(httplib::Server& s, const ServerOptions& options);
+
 class HttpServer {
  public:
   HttpServer(engine::Engine& engine, ServerOptions options);

@@ -1,0 +1,121 @@
+#include "kvserve/model/whisper_transcriber.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kvserve/audio/audio_file.h"
+#include "kvserve/audio/log_mel_config.h"
+#include "kvserve/audio/resample.h"
+
+namespace kvserve::model {
+
+bool is_whisper_checkpoint(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  const auto it = j.find("model_type");
+  return it != j.end() && it->is_string() && it->get<std::string>() == "whisper";
+}
+
+Result<std::unique_ptr<WhisperTranscriber>> WhisperTranscriber::load(
+    const std::filesystem::path& dir, const WhisperRunnerOptions& options) {
+  std::unique_ptr<WhisperTranscriber> t(new WhisperTranscriber());
+  KV_ASSIGN_OR_RETURN(t->runner_, WhisperRunner::create(dir, options));
+  KV_ASSIGN_OR_RETURN(t->tokenizer_, tokenizer::Tokenizer::from_directory(dir));
+
+  // The feature extractor: preprocessor_config.json, or Whisper's defaults without one.
+  const WhisperConfig& c = t->runner_->config();
+  audio::LogMelConfig mel_config;
+  mel_config.feature_size = c.num_mel_bins;
+  const std::filesystem::path pre = dir / "preprocessor_config.json";
+  std::error_code ec;
+  if (std::filesystem::exists(pre, ec)) {
+    KV_ASSIGN_OR_RETURN(mel_config, audio::parse_preprocessor_config(pre));
+  }
+  if (mel_config.feature_size != c.num_mel_bins) {
+    return invalid_argument("{}: feature_size {} differs from config.json's num_mel_bins {}",
+                            pre.string(), mel_config.feature_size, c.num_mel_bins);
+  }
+  if (mel_config.num_frames() != c.input_frames()) {
+    return invalid_argument("{}: {} frames per window, but the encoder takes {}", pre.string(),
+                            mel_config.num_frames(), c.input_frames());
+  }
+  KV_ASSIGN_OR_RETURN(auto mel, audio::LogMelExtractor::create(mel_config));
+  t->mel_.emplace(std::move(mel));
+  return t;
+}
+
+Status WhisperTranscriber::check_language_and_task(const std::string& language,
+                                                   const std::string& task,
+                                                   std::string_view language_flag,
+                                                   std::string_view task_flag) const {
+  const WhisperGenerationConfig& g = runner_->generation_config();
+  if (g.is_multilingual) {
+    if (!g.language_id(language)) {
+      return invalid_argument("{}: unknown language '{}' (not in the model's lang_to_id)",
+                              language_flag, language);
+    }
+    if (!g.task_id(task)) {
+      return invalid_argument("{}: the model has no task '{}' in task_to_id", task_flag, task);
+    }
+  } else {
+    if (language != "en" && language != "<|en|>") {
+      return invalid_argument("{} {}: this model is English-only", language_flag, language);
+    }
+    if (task != "transcribe") {
+      return invalid_argument("{} {}: this model is English-only", task_flag, task);
+    }
+  }
+  const WhisperGenerateOptions gopt{.language = language, .task = task};
+  return whisper_prompt(runner_->config(), g, gopt).status();
+}
+
+Result<PreparedAudio> WhisperTranscriber::finish(Result<audio::AudioClip> clip,
+                                                 std::string_view name) const {
+  const audio::LogMelConfig& mc = mel_->config();
+  if (!clip.is_ok()) {
+    // audio_file.h's message for a clip over the limit; say why there is a limit.
+    if (clip.status().message().find("longer than the limit") != std::string::npos) {
+      return invalid_argument("{} (long-form transcription, in {} s chunks, is not supported yet)",
+                              clip.status().message(), mc.chunk_length);
+    }
+    return clip.status();
+  }
+  PreparedAudio out;
+  out.seconds = clip->seconds();
+  auto resampled = audio::resample_clip(std::move(clip).value(), mc.sampling_rate);
+  if (!resampled.is_ok()) {
+    return invalid_argument("{}: {}", name, resampled.status().message());
+  }
+  out.features = mel_->compute(resampled->samples);
+  return out;
+}
+
+Result<PreparedAudio> WhisperTranscriber::prepare_file(const std::filesystem::path& path) const {
+  return finish(audio::decode_audio_file(path, max_seconds()), path.string());
+}
+
+Result<PreparedAudio> WhisperTranscriber::prepare_bytes(std::span<const uint8_t> bytes,
+                                                        std::string_view name) const {
+  return finish(audio::decode_audio_bytes(bytes, max_seconds(), name), name);
+}
+
+std::string WhisperTranscriber::text(const std::vector<int32_t>& tokens) const {
+  const std::string s = tokenizer_->decode(tokens, /*skip_special_tokens=*/true);
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+std::string whisper_language_code(std::string_view language) {
+  if (language.starts_with("<|") && language.ends_with("|>")) {
+    language = language.substr(2, language.size() - 4);
+  }
+  return std::string(language);
+}
+
+}  // namespace kvserve::model

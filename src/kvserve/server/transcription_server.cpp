@@ -1,0 +1,230 @@
+#include "kvserve/server/transcription_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "kvserve/core/logging.h"
+#include "kvserve/core/version.h"
+#include "kvserve/mem/encoder_layout.h"
+#include "kvserve/server/errors.h"
+
+namespace kvserve::server {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(e.body(), "application/json");
+}
+
+void send_json(httplib::Response& res, const ordered_json& j) {
+  res.status = 200;
+  res.set_content(j.dump(-1, ' ', false, ordered_json::error_handler_t::replace),
+                  "application/json");
+}
+
+// One transcription request, validated.
+struct TranscriptionRequest {
+  std::string language = "en";  // no language detection: English unless the client says
+  std::string response_format = "json";
+};
+
+std::optional<std::string> field(const httplib::Request& req, const char* name) {
+  if (!req.has_file(name)) return std::nullopt;
+  return req.get_file_value(name).content;
+}
+
+// The form's text fields; an error names the field.
+std::optional<ApiError> parse_fields(const httplib::Request& req, const std::string& model_name,
+                                     const model::WhisperTranscriber& t, TranscriptionRequest& r) {
+  if (auto model = field(req, "model"); model && *model != model_name) {
+    return ApiError{
+        404,
+        fmt::format("The model `{}` does not exist (this server serves `{}`)", *model, model_name),
+        "invalid_request_error", "model", "model_not_found"};
+  }
+  if (auto f = field(req, "response_format")) {
+    if (*f == "srt" || *f == "vtt") {
+      return ApiError{400,
+                      fmt::format("response_format '{}' is not supported (json, text or "
+                                  "verbose_json; no timestamps yet)",
+                                  *f),
+                      "invalid_request_error", "response_format", "unsupported"};
+    }
+    if (*f != "json" && *f != "text" && *f != "verbose_json") {
+      return bad_request(
+          fmt::format("response_format must be json, text or verbose_json, got '{}'", *f),
+          "response_format");
+    }
+    r.response_format = *f;
+  }
+  if (auto lang = field(req, "language"); lang && !lang->empty()) {
+    if (Status s = t.check_language_and_task(*lang, "transcribe", "language", "task"); !s.is_ok()) {
+      return bad_request(s.message(), "language");
+    }
+    r.language = *lang;
+  }
+  if (auto temp = field(req, "temperature"); temp && !temp->empty()) {
+    double value = 0;
+    const char* end = temp->data() + temp->size();
+    const auto [ptr, ec] = std::from_chars(temp->data(), end, value);
+    if (ec != std::errc() || ptr != end || !std::isfinite(value) || value < 0 || value > 1) {
+      return bad_request(fmt::format("temperature must be a number in [0, 1], got '{}'", *temp),
+                         "temperature");
+    }
+    if (value != 0) {
+      return ApiError{400,
+                      "temperature > 0 (sampling) is not supported yet; decoding is greedy "
+                      "(temperature 0)",
+                      "invalid_request_error", "temperature", "unsupported"};
+    }
+  }
+  return std::nullopt;
+}
+
+ordered_json verbose_json(const TranscriptionRequest& r, double seconds, const std::string& text,
+                          const std::vector<int32_t>& tokens) {
+  ordered_json segment = {{"id", 0},      {"seek", 0},        {"start", 0.0},      {"end", seconds},
+                          {"text", text}, {"tokens", tokens}, {"temperature", 0.0}};
+  return {{"task", "transcribe"},
+          {"language", model::whisper_language_code(r.language)},
+          {"duration", seconds},
+          {"text", text},
+          {"segments", ordered_json::array({segment})}};
+}
+
+}  // namespace
+
+TranscriptionServer::TranscriptionServer(TranscriptionService& service, std::string model_path,
+                                         ServerOptions options)
+    : service_(service),
+      model_path_(std::move(model_path)),
+      options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()) {
+  model_name_ = options_.served_model_name;
+  if (model_name_.empty()) {
+    std::filesystem::path p(model_path_);
+    model_name_ = (p.has_filename() ? p : p.parent_path()).filename().string();
+  }
+  install_routes();
+}
+
+TranscriptionServer::~TranscriptionServer() {
+  stop();
+}
+
+Status TranscriptionServer::bind() {
+  KV_ASSIGN_OR_RETURN(bound_port_, bind_http_server(*http_, options_));
+  return Status::ok();
+}
+
+void TranscriptionServer::run() {
+  http_->listen_after_bind();
+}
+
+void TranscriptionServer::stop() {
+  if (http_) http_->stop();
+}
+
+void TranscriptionServer::install_routes() {
+  httplib::Server& s = *http_;
+  configure_http_server(s, options_);
+
+  s.Get("/health",
+        [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
+
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"object", "list"},
+                    {"data",
+                     {{{"id", model_name_},
+                       {"object", "model"},
+                       {"created", 0},
+                       {"owned_by", "kvserve"},
+                       {"root", model_path_}}}}});
+  });
+
+  auto server_info = [this](const httplib::Request&, httplib::Response& res) {
+    const TranscriptionStats st = service_.stats();
+    const TranscriptionServiceOptions& o = service_.options();
+    const model::WhisperConfig& c = service_.transcriber().runner().config();
+    send_json(res,
+              {{"version", kVersion},
+               {"model_path", model_path_},
+               {"served_model_name", model_name_},
+               {"model_type", "whisper"},
+               {"device", "cpu"},
+               {"encoder_layers", c.encoder_layers},
+               {"decoder_layers", c.decoder_layers},
+               {"attention_backend", o.runner.attention_backend},
+               {"encoder_kv_layout", std::string(mem::encoder_kv_layout_name(o.runner.layout))},
+               {"page_size", o.runner.page_size},
+               {"max_running_requests", o.runner.max_running_requests},
+               {"max_audio_seconds", service_.transcriber().max_seconds()},
+               {"num_running_reqs", st.running},
+               {"num_waiting_reqs", st.waiting},
+               {"requests_served", st.requests_served},
+               {"requests_failed", st.requests_failed},
+               {"batches_served", st.batches_served},
+               {"largest_batch", st.largest_batch}});
+  };
+  s.Get("/get_server_info", server_info);
+  s.Get("/server_info", server_info);
+
+  for (const char* path : {"/generate", "/v1/completions", "/v1/chat/completions"}) {
+    s.Post(path, [this](const httplib::Request& req, httplib::Response& res) {
+      send_error(res, bad_request(fmt::format("the model `{}` is a speech-recognition model: "
+                                              "{} is not available; use POST "
+                                              "/v1/audio/transcriptions",
+                                              model_name_, req.path)));
+    });
+  }
+
+  s.Post("/v1/audio/transcriptions", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!req.is_multipart_form_data()) {
+      return send_error(res, bad_request("expected a multipart/form-data body with the audio in "
+                                         "a `file` field"));
+    }
+    const model::WhisperTranscriber& t = service_.transcriber();
+    const auto it = req.files.find("file");
+    if (it == req.files.end()) {
+      return send_error(res, bad_request("the `file` field is required", "file"));
+    }
+    const httplib::MultipartFormData& file = it->second;
+    const std::string name = file.filename.empty() ? "uploaded file" : file.filename;
+    if (file.content.empty()) {
+      return send_error(res, bad_request(fmt::format("{}: the file is empty", name), "file"));
+    }
+    TranscriptionRequest r;
+    if (auto e = parse_fields(req, model_name_, t, r)) return send_error(res, *e);
+    model::WhisperGenerateOptions gopt;
+    gopt.language = r.language;
+    auto prompt = model::whisper_prompt(t.runner().config(), t.runner().generation_config(), gopt);
+    if (!prompt.is_ok()) return send_error(res, bad_request(prompt.status().message()));
+
+    // CPU work on this thread: decode, resample, log-mel.
+    const auto* bytes = reinterpret_cast<const uint8_t*>(file.content.data());
+    auto audio = t.prepare_bytes({bytes, file.content.size()}, name);
+    if (!audio.is_ok()) return send_error(res, from_status(audio.status(), "file"));
+
+    auto tokens = service_.submit(std::move(audio->features), std::move(prompt).value()).get();
+    if (!tokens.is_ok()) return send_error(res, from_status(tokens.status()));
+    const std::string text = t.text(*tokens);
+    if (r.response_format == "text") {
+      res.status = 200;
+      res.set_content(text, "text/plain; charset=utf-8");
+    } else if (r.response_format == "verbose_json") {
+      send_json(res, verbose_json(r, audio->seconds, text, *tokens));
+    } else {
+      send_json(res, {{"text", text}});
+    }
+  });
+}
+
+}  // namespace kvserve::server

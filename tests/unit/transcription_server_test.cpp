@@ -1,0 +1,386 @@
+// POST /v1/audio/transcriptions, black box: a whisper-test checkpoint (random weights, so the
+// text is deterministic gibberish) served by the real TranscriptionService + TranscriptionServer
+// on a free port, real multipart uploads of the committed clips from an httplib client. The
+// expected texts come from the library called directly (decode_audio_file, resample, log-mel,
+// whisper_greedy_generate on a runner of its own, tokenizer decode).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <cstring>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvserve/audio/audio_file.h"
+#include "kvserve/audio/log_mel.h"
+#include "kvserve/audio/log_mel_config.h"
+#include "kvserve/audio/resample.h"
+#include "kvserve/model/make_model.h"
+#include "kvserve/model/whisper_generate.h"
+#include "kvserve/model/whisper_runner.h"
+#include "kvserve/server/transcription_server.h"
+#include "kvserve/server/transcription_service.h"
+#include "kvserve/tokenizer/tokenizer.h"
+#include "unit/model_test_util.h"
+
+namespace kvserve {
+namespace {
+
+using json = nlohmann::json;
+using model::testing::TempDir;
+
+const std::filesystem::path& whisper_model() {
+  static TempDir dir;
+  static const std::filesystem::path path = [] {
+    model::MakeModelOptions o;
+    o.preset = "whisper-test";
+    o.output = dir.path() / "whisper-test";
+    o.seed = 5;
+    const auto r = model::make_model(o);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return o.output;
+  }();
+  return path;
+}
+
+std::string clip_path(const std::string& name) {
+  return (model::testing::fixtures_dir() / "audio" / name).string();
+}
+
+std::string clip_bytes(const std::string& name) {
+  return model::testing::read_file(clip_path(name));
+}
+
+// The independent path: the library's pieces, called one by one on a runner of our own.
+struct Expected {
+  std::string text;
+  std::vector<int32_t> tokens;
+  double seconds = 0;
+};
+
+Expected expected_for(const std::string& name) {
+  Expected e;
+  auto clip = audio::decode_audio_file(clip_path(name), 30.0);
+  EXPECT_TRUE(clip.is_ok()) << clip.status().to_string();
+  e.seconds = clip->seconds();
+  auto at16k = audio::resample_clip(std::move(clip).value());
+  EXPECT_TRUE(at16k.is_ok());
+  auto mel_config = audio::parse_preprocessor_config(whisper_model() / "preprocessor_config.json");
+  EXPECT_TRUE(mel_config.is_ok());
+  auto mel = audio::LogMelExtractor::create(*mel_config);
+  EXPECT_TRUE(mel.is_ok());
+  auto runner = model::WhisperRunner::create(whisper_model(), model::WhisperRunnerOptions{});
+  EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
+  const std::vector<model::WhisperRequest> requests = {{mel->compute(at16k->samples), {}}};
+  auto results = model::whisper_greedy_generate(**runner, requests, {});
+  EXPECT_TRUE(results.is_ok()) << results.status().to_string();
+  e.tokens = (*results)[0].tokens;
+  auto tok = tokenizer::Tokenizer::from_directory(whisper_model());
+  EXPECT_TRUE(tok.is_ok());
+  e.text = (*tok)->decode(e.tokens, /*skip_special_tokens=*/true);
+  e.text.erase(0, e.text.find_first_not_of(" \t\r\n"));
+  e.text.erase(e.text.find_last_not_of(" \t\r\n") + 1);
+  return e;
+}
+
+const Expected& expected(const std::string& name) {
+  static std::map<std::string, Expected> cache;
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, expected_for(name)).first;
+  return it->second;
+}
+
+class TranscriptionTestServer {
+ public:
+  explicit TranscriptionTestServer(server::ServerOptions so = {}, int max_running = 8) {
+    server::TranscriptionServiceOptions o;
+    o.runner.max_running_requests = max_running;
+    auto s = server::TranscriptionService::create(whisper_model(), o);
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    service_ = std::move(s).value();
+    so.port = 0;
+    http_ = std::make_unique<server::TranscriptionServer>(*service_, whisper_model().string(), so);
+    EXPECT_TRUE(http_->bind().is_ok());
+    thread_ = std::thread([this] { http_->run(); });
+  }
+  ~TranscriptionTestServer() {
+    http_->stop();
+    service_->shutdown();
+    thread_.join();
+  }
+
+  server::TranscriptionService& service() { return *service_; }
+  std::unique_ptr<httplib::Client> client(const std::string& key = "") const {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", http_->port());
+    c->set_read_timeout(120, 0);
+    if (!key.empty()) c->set_bearer_token_auth(key.c_str());
+    return c;
+  }
+  // POST /v1/audio/transcriptions with `items`; returns (status, body, content type).
+  std::tuple<int, std::string, std::string> upload(const httplib::MultipartFormDataItems& items,
+                                                   const std::string& key = "") const {
+    auto res = client(key)->Post("/v1/audio/transcriptions", items);
+    if (!res) return {-1, httplib::to_string(res.error()), ""};
+    return {res->status, res->body, res->get_header_value("Content-Type")};
+  }
+  json info() const {
+    auto res = client()->Get("/get_server_info");
+    EXPECT_TRUE(res && res->status == 200);
+    return json::parse(res->body);
+  }
+
+ private:
+  std::unique_ptr<server::TranscriptionService> service_;
+  std::unique_ptr<server::TranscriptionServer> http_;
+  std::thread thread_;
+};
+
+httplib::MultipartFormData file_item(const std::string& name) {
+  return {"file", clip_bytes(name), name, "audio/wav"};
+}
+
+httplib::MultipartFormData text_item(const std::string& field, const std::string& value) {
+  return {field, value, "", ""};
+}
+
+// An OpenAI error body: {"error": {"message", "type", "param", "code"}}.
+void expect_error(int status, const std::string& body, int want_status, const std::string& param,
+                  const std::string& message_part) {
+  EXPECT_EQ(status, want_status) << body;
+  const json j = json::parse(body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << body;
+  const json& e = j["error"];
+  EXPECT_TRUE(e["message"].is_string());
+  EXPECT_EQ(e["type"], "invalid_request_error") << body;
+  EXPECT_TRUE(e.contains("param") && e.contains("code")) << body;
+  if (!param.empty()) {
+    EXPECT_EQ(e["param"], param) << body;
+  }
+  EXPECT_NE(e["message"].get<std::string>().find(message_part), std::string::npos) << body;
+}
+
+TEST(TranscriptionServer, JsonTextAndVerboseJsonMatchTheLibrary) {
+  TranscriptionTestServer s;
+  for (const std::string name : {"hello_16k.wav", "testing_22050.wav"}) {
+    const Expected& want = expected(name);
+    auto [status, body, type] = s.upload({file_item(name)});
+    ASSERT_EQ(status, 200) << body;
+    EXPECT_EQ(type, "application/json");
+    EXPECT_EQ(json::parse(body), json({{"text", want.text}})) << name;
+
+    std::tie(status, body, type) =
+        s.upload({file_item(name), text_item("response_format", "text"),
+                  text_item("model", "whisper-test"), text_item("temperature", "0"),
+                  text_item("prompt", "ignored"), text_item("language", "en")});
+    ASSERT_EQ(status, 200) << body;
+    EXPECT_EQ(type.rfind("text/plain", 0), 0u) << type;
+    EXPECT_EQ(body, want.text);
+
+    std::tie(status, body, type) =
+        s.upload({file_item(name), text_item("response_format", "verbose_json")});
+    ASSERT_EQ(status, 200) << body;
+    const json v = json::parse(body);
+    EXPECT_EQ(v["task"], "transcribe");
+    EXPECT_EQ(v["language"], "en");
+    EXPECT_DOUBLE_EQ(v["duration"].get<double>(), want.seconds);
+    EXPECT_EQ(v["text"], want.text);
+    ASSERT_EQ(v["segments"].size(), 1u);
+    const json& seg = v["segments"][0];
+    EXPECT_EQ(seg["id"], 0);
+    EXPECT_EQ(seg["start"], 0.0);
+    EXPECT_DOUBLE_EQ(seg["end"].get<double>(), want.seconds);
+    EXPECT_EQ(seg["text"], want.text);
+    EXPECT_EQ(seg["tokens"].get<std::vector<int32_t>>(), want.tokens);
+  }
+  const json info = s.info();
+  EXPECT_EQ(info["requests_served"], 6);
+  EXPECT_EQ(info["requests_failed"], 0);
+  EXPECT_EQ(info["model_type"], "whisper");
+  EXPECT_EQ(info["device"], "cpu");
+  EXPECT_EQ(info["page_size"], 1);
+  EXPECT_EQ(info["encoder_kv_layout"], "aligned");
+}
+
+// 8 uploads at once: the worker, paused until all 8 are queued, decodes them as one batch, and
+// each text is the one a lone request gets.
+TEST(TranscriptionServer, ConcurrentUploadsAreBatchedWithoutChangingTheText) {
+  TranscriptionTestServer s;
+  const std::vector<std::string> names = {"hello_16k.wav", "testing_22050.wav", "spoons_16k.wav",
+                                          "testing_16k.wav"};
+  std::vector<std::string> sequential;
+  for (size_t i = 0; i < 8; ++i) {
+    auto [status, body, type] = s.upload({file_item(names[i % names.size()])});
+    ASSERT_EQ(status, 200) << body;
+    sequential.push_back(json::parse(body)["text"]);
+  }
+  EXPECT_EQ(s.info()["batches_served"], 8);
+
+  s.service().set_paused(true);
+  std::vector<std::future<std::tuple<int, std::string, std::string>>> futures;
+  for (size_t i = 0; i < 8; ++i) {
+    futures.push_back(std::async(std::launch::async, [&s, &names, i] {
+      return s.upload({file_item(names[i % names.size()])});
+    }));
+  }
+  for (int i = 0; i < 2000 && s.info()["num_waiting_reqs"] != 8; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(s.info()["num_waiting_reqs"], 8);
+  s.service().set_paused(false);
+  for (size_t i = 0; i < 8; ++i) {
+    auto [status, body, type] = futures[i].get();
+    ASSERT_EQ(status, 200) << body;
+    EXPECT_EQ(json::parse(body)["text"], sequential[i]) << i;
+  }
+  const json info = s.info();
+  EXPECT_EQ(info["requests_served"], 16);
+  EXPECT_EQ(info["batches_served"], 9);  // 8 alone, then the 8 together
+  EXPECT_EQ(info["largest_batch"], 8);
+  EXPECT_EQ(info["num_waiting_reqs"], 0);
+  EXPECT_EQ(info["num_running_reqs"], 0);
+}
+
+// More queued than --max-running-requests: batches of at most that many.
+TEST(TranscriptionServer, BatchesAreCappedAtMaxRunningRequests) {
+  TranscriptionTestServer s({}, /*max_running=*/3);
+  s.service().set_paused(true);
+  std::vector<std::future<std::tuple<int, std::string, std::string>>> futures;
+  for (size_t i = 0; i < 7; ++i) {
+    futures.push_back(
+        std::async(std::launch::async, [&s] { return s.upload({file_item("hello_16k.wav")}); }));
+  }
+  for (int i = 0; i < 2000 && s.info()["num_waiting_reqs"] != 7; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s.service().set_paused(false);
+  for (auto& f : futures) {
+    auto [status, body, type] = f.get();
+    ASSERT_EQ(status, 200) << body;
+    EXPECT_EQ(json::parse(body)["text"], expected("hello_16k.wav").text);
+  }
+  const json info = s.info();
+  EXPECT_EQ(info["batches_served"], 3);  // 3 + 3 + 1
+  EXPECT_EQ(info["largest_batch"], 3);
+}
+
+// A 16-bit PCM mono WAV of `seconds` of a quiet tone.
+std::string tone_wav(int rate, double seconds) {
+  const auto n = static_cast<uint32_t>(rate * seconds);
+  std::string out = "RIFF";
+  const auto u32 = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); };
+  const auto u16 = [&](uint16_t v) { out.append(reinterpret_cast<const char*>(&v), 2); };
+  u32(36 + 2 * n);
+  out += "WAVEfmt ";
+  u32(16);
+  u16(1);
+  u16(1);
+  u32(rate);
+  u32(rate * 2);
+  u16(2);
+  u16(16);
+  out += "data";
+  u32(2 * n);
+  for (uint32_t i = 0; i < n; ++i)
+    u16(static_cast<uint16_t>(static_cast<int16_t>(1000 * ((i / 20) % 2 ? 1 : -1))));
+  return out;
+}
+
+TEST(TranscriptionServer, BadRequestsAreOpenAiErrorsAndTheServerKeepsServing) {
+  TranscriptionTestServer s;
+  // Not multipart.
+  auto res = s.client()->Post("/v1/audio/transcriptions", R"({"file": "x"})", "application/json");
+  ASSERT_TRUE(res);
+  expect_error(res->status, res->body, 400, "", "multipart/form-data");
+
+  const auto check = [&](const httplib::MultipartFormDataItems& items, int want,
+                         const std::string& param, const std::string& part) {
+    auto [status, body, type] = s.upload(items);
+    expect_error(status, body, want, param, part);
+  };
+  check({text_item("model", "whisper-test")}, 400, "file", "`file` field is required");
+  check({{"file", "", "empty.wav", "audio/wav"}}, 400, "file", "empty");
+  check({{"file", "these are not samples\n", "notes.wav", "audio/wav"}}, 400, "file",
+        "notes.wav: not a supported audio file");
+  check({{"file", tone_wav(8000, 31.0), "long.wav", "audio/wav"}}, 400, "file",
+        "long-form transcription");
+  check({file_item("hello_16k.wav"), text_item("language", "xx")}, 400, "language", "xx");
+  check({file_item("hello_16k.wav"), text_item("response_format", "srt")}, 400, "response_format",
+        "not supported");
+  check({file_item("hello_16k.wav"), text_item("response_format", "vtt")}, 400, "response_format",
+        "not supported");
+  check({file_item("hello_16k.wav"), text_item("response_format", "yaml")}, 400, "response_format",
+        "yaml");
+  check({file_item("hello_16k.wav"), text_item("temperature", "0.7")}, 400, "temperature",
+        "not supported");
+  check({file_item("hello_16k.wav"), text_item("temperature", "warm")}, 400, "temperature", "warm");
+  {
+    auto [status, body, type] =
+        s.upload({file_item("hello_16k.wav"), text_item("model", "whisper-large-v3")});
+    expect_error(status, body, 404, "model", "whisper-large-v3");
+    EXPECT_EQ(json::parse(body)["error"]["code"], "model_not_found");
+  }
+  // A 31 s clip at 8 kHz was refused, but one of 29 s is transcribed.
+  auto [status, body, type] = s.upload({{"file", tone_wav(8000, 29.0), "tone.wav", "audio/wav"}});
+  EXPECT_EQ(status, 200) << body;
+  // Still serving, with the same answer as before.
+  std::tie(status, body, type) = s.upload({file_item("hello_16k.wav")});
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(json::parse(body)["text"], expected("hello_16k.wav").text);
+  EXPECT_EQ(s.info()["requests_failed"], 0);
+}
+
+TEST(TranscriptionServer, InfoRoutesAndLlmRoutesAnswerForASpeechModel) {
+  TranscriptionTestServer s;
+  EXPECT_EQ(s.client()->Get("/health")->status, 200);
+  auto res = s.client()->Get("/v1/models");
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["data"][0]["id"], "whisper-test");
+  for (const char* path : {"/generate", "/v1/completions", "/v1/chat/completions"}) {
+    res = s.client()->Post(path, R"({"prompt": "hi", "text": "hi"})", "application/json");
+    ASSERT_TRUE(res);
+    expect_error(res->status, res->body, 400, "", "speech-recognition model");
+  }
+  res = s.client()->Get("/no/such/route");
+  EXPECT_EQ(res->status, 404);
+}
+
+TEST(TranscriptionServer, ApiKeyIsRequired) {
+  server::ServerOptions so;
+  so.api_key = "sekrit";
+  TranscriptionTestServer s(so);
+  auto [status, body, type] = s.upload({file_item("hello_16k.wav")});
+  EXPECT_EQ(status, 401) << body;
+  EXPECT_EQ(json::parse(body)["error"]["code"], "invalid_api_key");
+  std::tie(status, body, type) = s.upload({file_item("hello_16k.wav")}, "wrong");
+  EXPECT_EQ(status, 401) << body;
+  std::tie(status, body, type) = s.upload({file_item("hello_16k.wav")}, "sekrit");
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(json::parse(body)["text"], expected("hello_16k.wav").text);
+  EXPECT_EQ(s.client()->Get("/health")->status, 200);
+  EXPECT_EQ(s.client()->Get("/v1/models")->status, 401);
+}
+
+// Shutdown with jobs queued: each gets a 503 (none hangs), later submissions too.
+TEST(TranscriptionServer, ShutdownFailsQueuedJobs) {
+  server::TranscriptionServiceOptions o;
+  auto service = server::TranscriptionService::create(whisper_model(), o);
+  ASSERT_TRUE(service.is_ok()) << service.status().to_string();
+  (*service)->set_paused(true);
+  std::vector<std::future<Result<std::vector<int32_t>>>> queued;
+  const size_t n = static_cast<size_t>((*service)->transcriber().runner().config().num_mel_bins) *
+                   (*service)->transcriber().runner().config().input_frames();
+  for (int i = 0; i < 3; ++i)
+    queued.push_back((*service)->submit(std::vector<float>(n, 0.0f), {}));
+  (*service)->shutdown();
+  for (auto& f : queued) {
+    auto r = f.get();
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  }
+  auto later = (*service)->submit(std::vector<float>(n, 0.0f), {}).get();
+  EXPECT_EQ(later.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*service)->stats().requests_failed, 3);
+}
+
+}  // namespace
+}  // namespace kvserve
