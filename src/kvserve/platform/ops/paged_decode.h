@@ -17,8 +17,8 @@ struct PagedDecodePlan {
 };
 
 // Splits each request's KV so that batch x num_kv_heads x splits blocks fill `num_sms`
-// multiprocessors about twice over, keeping at least 256 tokens per split (a split's fixed cost
-// is a merge of head_dim floats per query head).
+// multiprocessors about three times over, keeping at least 256 tokens per split (a split's fixed
+// cost is a merge of head_dim floats per query head).
 PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                   int32_t head_dim, int32_t max_seq_len, int32_t num_sms);
 
