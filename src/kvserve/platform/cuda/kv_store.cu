@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "kvserve/platform/cuda/convert.cuh"
 #include "kvserve/platform/cuda/cuda_check.h"
 #include "kvserve/platform/cuda/ops.h"
 
@@ -13,31 +14,6 @@ namespace {
 
 [[noreturn]] void unsupported(const char* what, DType t) {
   detail::check_failed(__FILE__, __LINE__, what, std::string(), std::string(dtype_name(t)));
-}
-
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
 }
 
 // fp8 storage is a byte; the format is a template tag so one kernel serves both.

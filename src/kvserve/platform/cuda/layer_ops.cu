@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <string>
 
+#include "kvserve/platform/cuda/convert.cuh"
 #include "kvserve/platform/cuda/cuda_check.h"
 #include "kvserve/platform/cuda/ops.h"
 
@@ -13,23 +14,6 @@ namespace kvserve::platform::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(bf16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 cudaStream_t as_cuda(StreamHandle s) {
   return static_cast<cudaStream_t>(s.ptr);
@@ -105,18 +89,18 @@ __global__ void __launch_bounds__(THREADS)
   const T* w = static_cast<const T*>(p.weight);
   float sum = 0.f;
   for (int64_t i = threadIdx.x; i < p.cols; i += THREADS) {
-    float v = to_f32(x[i]);
+    float v = to_float(x[i]);
     if (res != nullptr) {
-      const T s = from_f32<T>(v + to_f32(res[i]));
+      const T s = from_float<T>(v + to_float(res[i]));
       res[i] = s;
-      v = to_f32(s);
+      v = to_float(s);
     }
     sum += v * v;
   }
   const float inv = rsqrtf(block_sum<THREADS>(sum) / static_cast<float>(p.cols) + p.eps);
   for (int64_t i = threadIdx.x; i < p.cols; i += THREADS) {
-    const float v = res != nullptr ? to_f32(res[i]) : to_f32(x[i]);
-    out[i] = from_f32<T>(v * inv * to_f32(w[i]));
+    const float v = res != nullptr ? to_float(res[i]) : to_float(x[i]);
+    out[i] = from_float<T>(v * inv * to_float(w[i]));
   }
 }
 
@@ -130,8 +114,8 @@ __device__ __forceinline__ float rotated(const T* head, int d, int half, float p
   const int i = d < half ? d : d - half;
   float s, c;
   sincosf(pos * inv_freq[i], &s, &c);
-  const float x1 = to_f32(head[i]);
-  const float x2 = to_f32(head[i + half]);
+  const float x1 = to_float(head[i]);
+  const float x2 = to_float(head[i + half]);
   return d < half ? x1 * c - x2 * s : x2 * c + x1 * s;
 }
 
@@ -151,10 +135,10 @@ __global__ void rope_kernel(const __grid_constant__ ops::RopeParams p) {
                      static_cast<int64_t>(h - p.num_heads) * p.head_dim;
     float s, c;
     sincosf(pos * p.inv_freq[i], &s, &c);
-    const float x1 = to_f32(x[i]);
-    const float x2 = to_f32(x[i + half]);
-    x[i] = from_f32<T>(x1 * c - x2 * s);
-    x[i + half] = from_f32<T>(x2 * c + x1 * s);
+    const float x1 = to_float(x[i]);
+    const float x2 = to_float(x[i + half]);
+    x[i] = from_float<T>(x1 * c - x2 * s);
+    x[i + half] = from_float<T>(x2 * c + x1 * s);
   }
 }
 
@@ -172,11 +156,12 @@ __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeP
     const int d = idx % hd;
     const T* head = src + (idx - d);
     if (idx < qd + kvd) {
-      const float v = d < p.rotary_dim ? rotated(head, d, half, pos, p.inv_freq) : to_f32(src[idx]);
+      const float v =
+          d < p.rotary_dim ? rotated(head, d, half, pos, p.inv_freq) : to_float(src[idx]);
       if (idx < qd) {
-        static_cast<T*>(p.q)[t * qd + idx] = from_f32<T>(v);
+        static_cast<T*>(p.q)[t * qd + idx] = from_float<T>(v);
       } else {
-        static_cast<T*>(p.k)[t * kvd + idx - qd] = from_f32<T>(v);
+        static_cast<T*>(p.k)[t * kvd + idx - qd] = from_float<T>(v);
       }
     } else {
       static_cast<T*>(p.v)[t * kvd + idx - qd - kvd] = src[idx];
@@ -194,9 +179,9 @@ __global__ void silu_and_mul_kernel(const __grid_constant__ ops::SiluAndMulParam
     const int64_t t = idx / p.inter;
     const int64_t i = idx % p.inter;
     const T* row = static_cast<const T*>(p.x) + t * 2 * p.inter;
-    const float g = to_f32(row[i]);
-    const float u = to_f32(row[p.inter + i]);
-    static_cast<T*>(p.out)[idx] = from_f32<T>(g / (1.f + __expf(-g)) * u);
+    const float g = to_float(row[i]);
+    const float u = to_float(row[p.inter + i]);
+    static_cast<T*>(p.out)[idx] = from_float<T>(g / (1.f + __expf(-g)) * u);
   }
 }
 
