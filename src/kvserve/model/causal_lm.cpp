@@ -363,10 +363,7 @@ void CausalLM::forward_greedy(const ForwardBatch& batch, attention::AttentionBac
   if (platform_.device().is_cpu()) {
     std::vector<float> logits;
     forward(batch, backend, logits);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = logits.data() + r * vocab;
-      tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-    }
+    ops::argmax_rows(platform_, logits.data(), rows, vocab, tokens.data());
     return;
   }
   run(batch, backend, nullptr);

@@ -113,17 +113,19 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   return r;
 }
 
-void ModelRunner::forward(ForwardBatch& batch, std::vector<float>& logits) {
+void ModelRunner::prepare(ForwardBatch& batch) {
   batch.req_to_token = req_to_token_.get();
   batch.kv_pool = kv_pool_.get();
   backend_->init_forward_metadata(batch);
+}
+
+void ModelRunner::forward(ForwardBatch& batch, std::vector<float>& logits) {
+  prepare(batch);
   model_->forward(batch, *backend_, logits);
 }
 
 void ModelRunner::forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens) {
-  batch.req_to_token = req_to_token_.get();
-  batch.kv_pool = kv_pool_.get();
-  backend_->init_forward_metadata(batch);
+  prepare(batch);
   model_->forward_greedy(batch, *backend_, tokens);
 }
 

@@ -58,6 +58,8 @@ class ModelRunner {
 
  private:
   ModelRunner() = default;
+  // Points the batch at this runner's pools and builds the backend's metadata (once per forward).
+  void prepare(ForwardBatch& batch);
 
   std::unique_ptr<platform::Platform> platform_;
   std::unique_ptr<CausalLM> model_;
