@@ -282,9 +282,9 @@ TEST_F(CliTranscribe, ErrorsNameTheProblemAndFail) {
   r = transcribe(hello + " --page-size 0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--page-size"), std::string::npos) << r.output;
-  r = transcribe(hello + " --device cuda");
+  r = transcribe(hello + " --device tpu");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("Whisper runs on the CPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--device: unknown device 'tpu'"), std::string::npos) << r.output;
   r = transcribe(hello + " --encoder-kv-layout diagonal");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--encoder-kv-layout"), std::string::npos) << r.output;

@@ -1,6 +1,9 @@
 // The CUDA attention backends.
-//   cuda-paged: every query token reads its request's KV in place through page ids with the
-//               paged decode kernel (decode, extend with a cached prefix, cross-attention).
+//   cuda-paged: queries read their request's KV in place through page ids: extend batches (and
+//               their cross-attention) with the tensor-core paged prefill kernel, decode batches
+//               with the paged decode kernel.
+//   cuda-ragged: gathers each request's K/V slots into contiguous buffers, then one varlen
+//                attention launch; any row layout (Whisper's ragged encoder layout included).
 #pragma once
 
 #include <memory>
@@ -9,6 +12,14 @@
 
 namespace kvserve::attention {
 
-std::unique_ptr<AttentionBackend> make_cuda_paged_backend(platform::Platform& platform);
+struct CudaPagedOptions {
+  // false: every extend token is a query of the decode kernel (the path before paged prefill;
+  // tests compare the two).
+  bool prefill_kernel = true;
+};
+
+std::unique_ptr<AttentionBackend> make_cuda_paged_backend(platform::Platform& platform,
+                                                          CudaPagedOptions options = {});
+std::unique_ptr<AttentionBackend> make_cuda_ragged_backend(platform::Platform& platform);
 
 }  // namespace kvserve::attention

@@ -1,15 +1,18 @@
 // cuda-paged: attention over the paged pool on a CUDA platform, in place through page ids.
 //
-// Every query token is one "query" of the paged decode kernel (platform/cuda/paged_decode.cu):
-// it reads its request's page list, which all queries of the request share, up to its visible
-// length. Decode: one query per request, visible = seq_len. Extend: every new token at decoder
-// position p sees p + 1 positions (causal; the cached prefix included). Cross-attention: every
-// token sees the whole encoder region. So one kernel family serves decode, extend (prefix +
-// new tokens, any page size) and cross-attention; a tensor-core prefill kernel is the next step
-// for long prompts (docs/perf).
+// Extend batches with more query tokens than requests run the tensor-core paged prefill kernel
+// (platform/cuda/paged_prefill.cu): request b's new tokens are rows [qo_indptr[b],
+// qo_indptr[b + 1]) and the token at decoder position p sees p + 1 positions (causal; the cached
+// prefix included); cross-attention runs it with causal = false over the encoder region.
+// Decode batches (and extends of one token per request) run the paged decode kernel
+// (platform/cuda/paged_decode.cu), every query token one "query" over its request's shared page
+// list up to its visible length: decode seq_len, extend p + 1, cross the encoder region.
+// CudaPagedOptions::prefill_kernel = false keeps the decode kernel for extends too (tests compare
+// the two paths).
 //
-// init_forward_metadata builds the page lists, per-query starts and lengths and the store slots
-// on the host once per forward and uploads them in one copy; every layer reuses them.
+// init_forward_metadata builds the page lists, per-request qo_indptr / kv_lens (prefill) or
+// per-query starts and lengths (decode) and the store slots on the host once per forward and
+// uploads them in one copy; every layer reuses them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include "kvserve/attention/cuda_backends.h"
 #include "kvserve/mem/page_table.h"
 #include "kvserve/platform/ops/paged_decode.h"
+#include "kvserve/platform/ops/paged_prefill.h"
 
 namespace kvserve::attention {
 namespace {
@@ -29,12 +33,17 @@ struct QuerySet {
   int32_t num_queries = 0;
   int32_t max_len = 0;
   int64_t total_kv = 0;
+  // Prefill kernel (per request): page lists, where each starts, positions visible to the last
+  // query; queries are rows of the forward's qo_indptr.
+  bool prefill = false;
+  int64_t page_indptr = 0;  // [batch + 1]
+  int64_t kv_lens = 0;      // [batch]
 };
 
 class CudaPagedBackend final : public AttentionBackend {
  public:
-  explicit CudaPagedBackend(platform::Platform& p)
-      : platform_(p), num_sms_(ops::num_compute_units(p)) {}
+  CudaPagedBackend(platform::Platform& p, CudaPagedOptions options)
+      : platform_(p), options_(options), num_sms_(ops::num_compute_units(p)) {}
 
   std::string_view name() const override { return "cuda-paged"; }
 
@@ -53,9 +62,28 @@ class CudaPagedBackend final : public AttentionBackend {
       cross[b] = {batch.req_pool_indices[b], 0, batch.encoder_len(b)};
       any_cross = any_cross || batch.encoder_len(b) > 0;
     }
-    self_ = add_queries(batch, self, ps, /*causal=*/true);
-    cross_ = any_cross || !batch.encoder_lens.empty() ? add_queries(batch, cross, ps, false)
-                                                      : QuerySet{};
+    // Many queries per request: tiles of queries share each K/V load on tensor cores.
+    const bool prefill =
+        options_.prefill_kernel && !batch.is_decode() && batch.num_tokens() > batch.batch_size();
+    if (prefill) {
+      qo_indptr_ = append(batch.extend_start_loc);
+      host_.push_back(batch.num_tokens());
+      for (int32_t b = 0; b < bs; ++b) {
+        // The kernel's causal rule (query i sees seq_len - extend_len + i + 1 positions) is the
+        // decoder position's p + 1.
+        for (int32_t i = 0; i < batch.extend_lens[b]; ++i) {
+          const int32_t t = batch.extend_start_loc[b] + i;
+          KV_CHECK(batch.positions[t] == batch.seq_lens[b] - batch.extend_lens[b] + i,
+                   "token {} at position {} of a request with {} of {} positions new", t,
+                   batch.positions[t], batch.extend_lens[b], batch.seq_lens[b]);
+        }
+      }
+    }
+    auto add = [&](const std::vector<mem::KvRange>& ranges, bool causal) {
+      return prefill ? add_requests(batch, ranges, ps) : add_queries(batch, ranges, ps, causal);
+    };
+    self_ = add(self, /*causal=*/true);
+    cross_ = any_cross || !batch.encoder_lens.empty() ? add(cross, false) : QuerySet{};
 
     const size_t bytes = host_.size() * sizeof(int32_t);
     if (bytes > device_meta_.bytes()) {
@@ -80,6 +108,22 @@ class CudaPagedBackend final : public AttentionBackend {
     const auto at = static_cast<int64_t>(host_.size());
     host_.insert(host_.end(), v.begin(), v.end());
     return at;
+  }
+
+  // Prefill kernel metadata: each request's page list, indptr and KV length.
+  QuerySet add_requests(const model::ForwardBatch& batch, const std::vector<mem::KvRange>& ranges,
+                        int32_t ps) {
+    mem::build_kv_indices(*batch.req_to_token, ranges, mem::IndexUnit::kPage, ps, indices_);
+    QuerySet q;
+    q.prefill = true;
+    q.total_kv = indices_.total_kv();
+    q.num_queries = batch.num_tokens();
+    q.page_ids = append(indices_.indices);
+    q.page_indptr = append(indices_.indptr);
+    q.kv_lens = append(indices_.kv_lens);
+    for (const int32_t len : indices_.kv_lens)
+      q.max_len = std::max(q.max_len, len);
+    return q;
   }
 
   QuerySet add_queries(const model::ForwardBatch& batch, const std::vector<mem::KvRange>& ranges,
@@ -137,6 +181,28 @@ class CudaPagedBackend final : public AttentionBackend {
       platform_.memset(io.out, 0, out_bytes);
       return;
     }
+    if (qs.prefill) {
+      const ops::PagedPrefillParams p{
+          .q = io.q,
+          .k_cache = pool.k_buffer(layer.layer_id).data(),
+          .v_cache = pool.v_buffer(layer.layer_id).data(),
+          .qo_indptr = meta + qo_indptr_,
+          .page_indptr = meta + qs.page_indptr,
+          .page_ids = meta + qs.page_ids,
+          .kv_lens = meta + qs.kv_lens,
+          .out = io.out,
+          .batch = batch.batch_size(),
+          .total_q = batch.num_tokens(),
+          .num_q_heads = layer.num_heads,
+          .num_kv_heads = layer.num_kv_heads,
+          .head_dim = layer.head_dim,
+          .page_size = pool.config().page_size,
+          .causal = !layer.is_cross_attention,
+          .sm_scale = layer.scaling,
+      };
+      ops::paged_prefill(platform_, p);
+      return;
+    }
     const ops::PagedDecodePlan plan = ops::plan_paged_decode(
         qs.num_queries, layer.num_heads, layer.num_kv_heads, layer.head_dim, qs.max_len, num_sms_);
     if (plan.workspace_floats * sizeof(float) > workspace_.bytes()) {
@@ -170,6 +236,7 @@ class CudaPagedBackend final : public AttentionBackend {
   }
 
   platform::Platform& platform_;
+  CudaPagedOptions options_;
   int32_t num_sms_ = 1;
   std::vector<int32_t> host_;
   mem::KvIndices indices_;
@@ -177,14 +244,16 @@ class CudaPagedBackend final : public AttentionBackend {
   Buffer workspace_;
   int64_t loc_ = 0;
   int64_t encoder_loc_ = 0;
+  int64_t qo_indptr_ = 0;  // [batch + 1] when the prefill kernel runs
   QuerySet self_;
   QuerySet cross_;
 };
 
 }  // namespace
 
-std::unique_ptr<AttentionBackend> make_cuda_paged_backend(platform::Platform& platform) {
-  return std::make_unique<CudaPagedBackend>(platform);
+std::unique_ptr<AttentionBackend> make_cuda_paged_backend(platform::Platform& platform,
+                                                          CudaPagedOptions options) {
+  return std::make_unique<CudaPagedBackend>(platform, options);
 }
 
 }  // namespace kvserve::attention

@@ -11,7 +11,7 @@ namespace kvserve::attention {
 
 std::vector<std::string> attention_backend_names(Device device) {
   if (device.is_cpu()) return {"cpu", "native"};
-  return {"cuda-paged"};
+  return {"cuda-paged", "cuda-ragged"};
 }
 
 std::string default_attention_backend(Device device) {
@@ -33,6 +33,7 @@ Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_v
   }
   if (name == "native") return make_native_backend(platform);
   if (name == "cuda-paged") return make_cuda_paged_backend(platform);
+  if (name == "cuda-ragged") return make_cuda_ragged_backend(platform);
   return make_cpu_paged_backend(platform);
 }
 

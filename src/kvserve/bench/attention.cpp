@@ -9,6 +9,7 @@
 #include "kvserve/core/dtype.h"
 #include "kvserve/platform/cuda/ops.h"
 #include "kvserve/platform/ops/paged_decode.h"
+#include "kvserve/platform/ops/paged_prefill.h"
 
 namespace kvserve::bench {
 namespace {
@@ -39,16 +40,38 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-}  // namespace
+// A fragmented pool holding kv_lens[b] positions per request: every request's pages are a random
+// subset of the pool, in random order (page 0 is padding).
+struct Pool {
+  std::vector<int32_t> indptr;  // [batch + 1]
+  std::vector<int32_t> page_ids;
+  std::vector<uint16_t> k, v;  // [slots, num_kv_heads, head_dim] bf16
+};
 
-Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
-                                                 const AttentionBenchConfig& c) {
-  if (c.backend != "cuda-paged") {
-    return invalid_argument("--backend {}: bench-attention knows cuda-paged", c.backend);
-  }
-  if (platform.device().kind != DeviceKind::kCuda) {
-    return invalid_argument("--backend cuda-paged needs --device cuda");
-  }
+std::vector<uint16_t> random_bf16(std::mt19937_64& rng, int64_t n) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& x : v)
+    x = float_to_bf16(normal(rng));
+  return v;
+}
+
+Pool make_pool(std::mt19937_64& rng, const std::vector<int32_t>& kv_lens, int32_t ps, int64_t row) {
+  Pool pool;
+  const auto batch = static_cast<int32_t>(kv_lens.size());
+  pool.indptr.assign(batch + 1, 0);
+  for (int32_t b = 0; b < batch; ++b)
+    pool.indptr[b + 1] = pool.indptr[b] + (kv_lens[b] + ps - 1) / ps;
+  const int64_t num_pages = pool.indptr[batch] + 1;
+  pool.page_ids.resize(static_cast<size_t>(num_pages - 1));
+  std::iota(pool.page_ids.begin(), pool.page_ids.end(), 1);
+  std::shuffle(pool.page_ids.begin(), pool.page_ids.end(), rng);
+  pool.k = random_bf16(rng, num_pages * ps * row);
+  pool.v = random_bf16(rng, num_pages * ps * row);
+  return pool;
+}
+
+Status check_shape(const AttentionBenchConfig& c) {
   if (c.batch <= 0 || c.seq_len < 0 || c.num_kv_heads <= 0 || c.num_q_heads % c.num_kv_heads ||
       c.num_q_heads / c.num_kv_heads > 8 || (c.head_dim != 64 && c.head_dim != 128)) {
     return invalid_argument(
@@ -59,34 +82,87 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   if (std::find(sizes.begin(), sizes.end(), c.page_size) == sizes.end()) {
     return invalid_argument("--page-size {}: one of 1, 16, 32, 64, 128", c.page_size);
   }
+  return {};
+}
+
+// Runs `launch` 5 times to warm up, then `iters` times between events: the times in ms.
+template <typename Launch>
+std::vector<double> time_kernel(platform::Platform& platform, int32_t iters, Launch&& launch) {
+  const platform::StreamHandle stream = platform.create_stream();
+  std::vector<platform::EventHandle> events(2 * static_cast<size_t>(iters));
+  for (auto& e : events)
+    e = platform.create_event();
+  for (int i = 0; i < 5; ++i)
+    launch(stream);
+  for (int i = 0; i < iters; ++i) {
+    platform.record_event(events[2 * i], stream);
+    launch(stream);
+    platform.record_event(events[2 * i + 1], stream);
+  }
+  platform.synchronize_stream(stream);
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i)
+    ms.push_back(platform.elapsed_ms(events[2 * i], events[2 * i + 1]));
+  for (auto& e : events)
+    platform.destroy_event(e);
+  platform.destroy_stream(stream);
+  return ms;
+}
+
+// Max abs and ulp error of bf16 `out` against `ref` over rows [r * row_elems, (r + 1) * ...) with
+// r % row_step == 0.
+void compare(const std::vector<uint16_t>& out, const std::vector<float>& ref, size_t row_elems,
+             int32_t row_step, AttentionBenchResult& r) {
+  r.max_abs_err = 0;
+  r.max_ulp_err = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if ((i / row_elems) % row_step != 0) continue;
+    double err = std::abs(double(bf16_to_float(out[i])) - ref[i]);
+    if (std::isnan(err)) err = INFINITY;  // a row the kernel never wrote (NaN-filled)
+    const double mag = std::max(std::abs(double(ref[i])), 1e-30);
+    const double ulp = std::max(std::ldexp(1.0, std::ilogb(mag) - 7), std::ldexp(1.0, -10));
+    r.max_abs_err = std::max(r.max_abs_err, err);
+    r.max_ulp_err = std::max(r.max_ulp_err, err / ulp);
+  }
+}
+
+// Device-to-device copy bandwidth, (read + write) bytes / time, over 1 GiB.
+Result<double> copy_gbps(platform::Platform& platform, DeviceBuffers& dev) {
+  const size_t bytes = size_t{1} << 30;
+  KV_ASSIGN_OR_RETURN(void* a, dev.alloc(bytes));
+  KV_ASSIGN_OR_RETURN(void* b, dev.alloc(bytes));
+  const std::vector<double> ms = time_kernel(platform, 5, [&](platform::StreamHandle s) {
+    platform.copy(b, a, bytes, platform::CopyKind::kDeviceToDevice, s);
+  });
+  return 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
+}
+
+Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
+                                               const AttentionBenchConfig& c);
+
+}  // namespace
+
+Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
+                                                 const AttentionBenchConfig& c) {
+  if (c.backend != "cuda-paged") {
+    return invalid_argument("--backend {}: bench-attention knows cuda-paged", c.backend);
+  }
+  if (platform.device().kind != DeviceKind::kCuda) {
+    return invalid_argument("--backend cuda-paged needs --device cuda");
+  }
+  KV_RETURN_IF_ERROR(check_shape(c));
+  if (c.mode == "prefill") return run_prefill_bench(platform, c);
+  if (c.mode != "decode") return invalid_argument("--mode {}: decode or prefill", c.mode);
   std::mt19937_64 rng(c.seed);
   const int32_t ps = c.page_size;
   std::vector<int32_t> seq_lens =
       c.seq_lens.empty() ? std::vector<int32_t>(c.batch, c.seq_len) : c.seq_lens;
   const auto batch = static_cast<int32_t>(seq_lens.size());
   const int32_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
-  std::vector<int32_t> indptr(batch + 1, 0);
-  for (int32_t b = 0; b < batch; ++b)
-    indptr[b + 1] = indptr[b] + (seq_lens[b] + ps - 1) / ps;
-  const int64_t num_pages = indptr[batch] + 1;  // page 0: padding
-  const int64_t slots = num_pages * ps;
   const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-
-  // A fragmented pool: every request's pages are a random subset of the pool, in random order.
-  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages - 1));
-  std::iota(page_ids.begin(), page_ids.end(), 1);
-  std::shuffle(page_ids.begin(), page_ids.end(), rng);
-
-  std::normal_distribution<float> normal(0.f, 1.f);
-  auto random_bf16 = [&](int64_t n) {
-    std::vector<uint16_t> v(static_cast<size_t>(n));
-    for (auto& x : v)
-      x = float_to_bf16(normal(rng));
-    return v;
-  };
-  const std::vector<uint16_t> k = random_bf16(slots * row), v = random_bf16(slots * row);
+  const Pool pool = make_pool(rng, seq_lens, ps, row);
   const std::vector<uint16_t> q =
-      random_bf16(static_cast<int64_t>(batch) * c.num_q_heads * c.head_dim);
+      random_bf16(rng, static_cast<int64_t>(batch) * c.num_q_heads * c.head_dim);
 
   ops::PagedDecodePlan plan =
       ops::plan_paged_decode(batch, c.num_q_heads, c.num_kv_heads, c.head_dim, max_len,
@@ -101,10 +177,10 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   DeviceBuffers dev{platform, {}};
   ops::PagedDecodeParams p;
   KV_ASSIGN_OR_RETURN(p.q, dev.upload(q));
-  KV_ASSIGN_OR_RETURN(p.k_cache, dev.upload(k));
-  KV_ASSIGN_OR_RETURN(p.v_cache, dev.upload(v));
-  KV_ASSIGN_OR_RETURN(void* d_indptr, dev.upload(indptr));
-  KV_ASSIGN_OR_RETURN(void* d_pages, dev.upload(page_ids));
+  KV_ASSIGN_OR_RETURN(p.k_cache, dev.upload(pool.k));
+  KV_ASSIGN_OR_RETURN(p.v_cache, dev.upload(pool.v));
+  KV_ASSIGN_OR_RETURN(void* d_indptr, dev.upload(pool.indptr));
+  KV_ASSIGN_OR_RETURN(void* d_pages, dev.upload(pool.page_ids));
   KV_ASSIGN_OR_RETURN(void* d_lens, dev.upload(seq_lens));
   p.page_indptr = static_cast<const int32_t*>(d_indptr);
   p.page_ids = static_cast<const int32_t*>(d_pages);
@@ -126,42 +202,8 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   p.tokens_per_split = plan.tokens_per_split;
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
-  // Time each iteration between events; the median is reported.
-  const platform::StreamHandle stream = platform.create_stream();
-  std::vector<platform::EventHandle> events(2 * static_cast<size_t>(c.iters) + 2);
-  for (auto& e : events)
-    e = platform.create_event();
-  for (int i = 0; i < 5; ++i)
-    ops::paged_decode(platform, p, stream);  // warm-up
-  std::vector<double> ms;
-  for (int i = 0; i < c.iters; ++i) {
-    platform.record_event(events[2 * i], stream);
-    ops::paged_decode(platform, p, stream);
-    platform.record_event(events[2 * i + 1], stream);
-  }
-  platform.synchronize_stream(stream);
-  for (int i = 0; i < c.iters; ++i)
-    ms.push_back(platform.elapsed_ms(events[2 * i], events[2 * i + 1]));
-
-  // Copy bandwidth in the same run: 1 GiB device to device.
-  const size_t copy_bytes = size_t{1} << 30;
-  std::vector<double> copy_ms;
-  void* a = nullptr;
-  void* bbuf = nullptr;
-  if (c.measure_copy) {
-    KV_ASSIGN_OR_RETURN(a, dev.alloc(copy_bytes));
-    KV_ASSIGN_OR_RETURN(bbuf, dev.alloc(copy_bytes));
-  }
-  for (int i = 0; c.measure_copy && i < 6; ++i) {
-    platform.record_event(events[0], stream);
-    platform.copy(bbuf, a, copy_bytes, platform::CopyKind::kDeviceToDevice, stream);
-    platform.record_event(events[1], stream);
-    platform.synchronize_stream(stream);
-    if (i > 0) copy_ms.push_back(platform.elapsed_ms(events[0], events[1]));
-  }
-  for (auto& e : events)
-    platform.destroy_event(e);
-  platform.destroy_stream(stream);
+  const std::vector<double> ms = time_kernel(
+      platform, c.iters, [&](platform::StreamHandle s) { ops::paged_decode(platform, p, s); });
 
   AttentionBenchResult r;
   r.num_splits = plan.num_splits;
@@ -169,7 +211,7 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   r.kv_bytes = 2.0 * std::accumulate(seq_lens.begin(), seq_lens.end(), 0.0) * row * 2;
   r.gbps = r.kv_bytes / (r.median_ms * 1e-3) / 1e9;
   if (c.measure_copy) {
-    r.copy_gbps = 2.0 * copy_bytes / (median(copy_ms) * 1e-3) / 1e9;
+    KV_ASSIGN_OR_RETURN(r.copy_gbps, copy_gbps(platform, dev));
     r.roofline_pct = 100.0 * r.gbps / r.copy_gbps;
   }
   if (c.check) {
@@ -178,24 +220,165 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
     platform.synchronize();
     ops::PagedDecodeParams hp = p;
     hp.q = q.data();
-    hp.k_cache = k.data();
-    hp.v_cache = v.data();
-    hp.page_indptr = indptr.data();
-    hp.page_ids = page_ids.data();
+    hp.k_cache = pool.k.data();
+    hp.v_cache = pool.v.data();
+    hp.page_indptr = pool.indptr.data();
+    hp.page_ids = pool.page_ids.data();
     hp.seq_lens = seq_lens.data();
     std::vector<float> ref(out_elems);
     ops::reference::paged_decode(hp, ref.data());
-    r.max_abs_err = 0;
-    r.max_ulp_err = 0;
-    for (size_t i = 0; i < out_elems; ++i) {
-      const double err = std::abs(double(bf16_to_float(out[i])) - ref[i]);
-      const double mag = std::max(std::abs(double(ref[i])), 1e-30);
-      const double ulp = std::max(std::ldexp(1.0, std::ilogb(mag) - 7), std::ldexp(1.0, -10));
-      r.max_abs_err = std::max(r.max_abs_err, err);
-      r.max_ulp_err = std::max(r.max_ulp_err, err / ulp);
-    }
+    compare(out, ref, out_elems, 1, r);
   }
   return r;
 }
+
+namespace {
+
+Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
+                                               const AttentionBenchConfig& c) {
+  const bool per_token = c.kernel == "decode-per-token";
+  if (!per_token && c.kernel != "prefill") {
+    return invalid_argument("--kernel {}: prefill or decode-per-token", c.kernel);
+  }
+  const ops::PrefillVariant variant = ops::parse_prefill_variant(c.variant);
+  if (variant == ops::PrefillVariant::kAuto && c.variant != "auto") {
+    return invalid_argument("--variant {}: auto, m64w4, m128w8 or m128w4", c.variant);
+  }
+  std::vector<int32_t> q_lens =
+      c.q_lens.empty() ? std::vector<int32_t>(c.batch, c.seq_len) : c.q_lens;
+  const auto batch = static_cast<int32_t>(q_lens.size());
+  std::vector<int32_t> kv_lens = c.kv_lens;
+  if (kv_lens.empty()) {
+    for (const int32_t n : q_lens)
+      kv_lens.push_back(c.prefix_len + n);
+  }
+  if (kv_lens.size() != q_lens.size() || c.prefix_len < 0) {
+    return invalid_argument("{} kv lengths for {} requests", kv_lens.size(), q_lens.size());
+  }
+  std::vector<int32_t> qo_indptr(batch + 1, 0);
+  for (int32_t b = 0; b < batch; ++b) {
+    if (q_lens[b] < 0 || (c.causal && kv_lens[b] < q_lens[b])) {
+      return invalid_argument("request {}: {} queries over {} positions", b, q_lens[b], kv_lens[b]);
+    }
+    qo_indptr[b + 1] = qo_indptr[b] + q_lens[b];
+  }
+  const int32_t total_q = qo_indptr[batch];
+  if (total_q == 0) return invalid_argument("no query tokens");
+
+  // Visible positions per query: the FLOP count and the per-token decode path's lengths.
+  std::vector<int32_t> visible(static_cast<size_t>(total_q));
+  std::vector<int32_t> starts(static_cast<size_t>(total_q));
+  double sum_visible = 0;
+  std::mt19937_64 rng(c.seed);
+  const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+  const Pool pool = make_pool(rng, kv_lens, c.page_size, row);
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t i = 0; i < q_lens[b]; ++i) {
+      const int32_t t = qo_indptr[b] + i;
+      visible[t] = c.causal ? kv_lens[b] - q_lens[b] + i + 1 : kv_lens[b];
+      starts[t] = pool.indptr[b];
+      sum_visible += visible[t];
+    }
+  }
+  const size_t out_elems = static_cast<size_t>(total_q) * c.num_q_heads * c.head_dim;
+  const std::vector<uint16_t> q = random_bf16(rng, static_cast<int64_t>(out_elems));
+
+  DeviceBuffers dev{platform, {}};
+  ops::PagedPrefillParams p;
+  KV_ASSIGN_OR_RETURN(p.q, dev.upload(q));
+  KV_ASSIGN_OR_RETURN(p.k_cache, dev.upload(pool.k));
+  KV_ASSIGN_OR_RETURN(p.v_cache, dev.upload(pool.v));
+  KV_ASSIGN_OR_RETURN(void* d_qo, dev.upload(qo_indptr));
+  KV_ASSIGN_OR_RETURN(void* d_indptr, dev.upload(pool.indptr));
+  KV_ASSIGN_OR_RETURN(void* d_pages, dev.upload(pool.page_ids));
+  KV_ASSIGN_OR_RETURN(void* d_kv, dev.upload(kv_lens));
+  KV_ASSIGN_OR_RETURN(p.out, dev.alloc(out_elems * 2));
+  platform.memset(p.out, 0xff, out_elems * 2);  // NaN: a row never written shows as an error
+  p.qo_indptr = static_cast<const int32_t*>(d_qo);
+  p.page_indptr = static_cast<const int32_t*>(d_indptr);
+  p.page_ids = static_cast<const int32_t*>(d_pages);
+  p.kv_lens = static_cast<const int32_t*>(d_kv);
+  p.batch = batch;
+  p.total_q = total_q;
+  p.num_q_heads = c.num_q_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.page_size = c.page_size;
+  p.causal = c.causal;
+  p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.variant = ops::choose_prefill_variant(variant, total_q, batch, c.num_q_heads / c.num_kv_heads);
+
+  AttentionBenchResult r;
+  std::vector<double> ms;
+  if (per_token) {
+    // Today's extend path: every query token is a decode query over its request's page list.
+    ops::PagedDecodeParams d;
+    KV_ASSIGN_OR_RETURN(void* d_starts, dev.upload(starts));
+    KV_ASSIGN_OR_RETURN(void* d_visible, dev.upload(visible));
+    const int32_t max_visible = *std::max_element(visible.begin(), visible.end());
+    const ops::PagedDecodePlan plan =
+        ops::plan_paged_decode(total_q, c.num_q_heads, c.num_kv_heads, c.head_dim, max_visible,
+                               platform::cuda::multiprocessor_count());
+    if (plan.num_splits > 1) {
+      KV_ASSIGN_OR_RETURN(void* ws, dev.alloc(plan.workspace_floats * sizeof(float)));
+      d.partial_out = static_cast<float*>(ws);
+      d.partial_lse = d.partial_out +
+                      static_cast<size_t>(total_q) * c.num_q_heads * plan.num_splits * c.head_dim;
+    }
+    d.q = p.q;
+    d.k_cache = p.k_cache;
+    d.v_cache = p.v_cache;
+    d.page_indptr = static_cast<const int32_t*>(d_starts);
+    d.page_ids = p.page_ids;
+    d.seq_lens = static_cast<const int32_t*>(d_visible);
+    d.out = p.out;
+    d.batch = total_q;
+    d.num_q_heads = c.num_q_heads;
+    d.num_kv_heads = c.num_kv_heads;
+    d.head_dim = c.head_dim;
+    d.page_size = c.page_size;
+    d.num_splits = plan.num_splits;
+    d.tokens_per_split = plan.tokens_per_split;
+    d.sm_scale = p.sm_scale;
+    r.num_splits = plan.num_splits;
+    r.variant = "decode-per-token";
+    ms = time_kernel(platform, c.iters,
+                     [&](platform::StreamHandle s) { ops::paged_decode(platform, d, s); });
+  } else {
+    r.variant = std::string(ops::prefill_variant_name(p.variant));
+    ms = time_kernel(platform, c.iters,
+                     [&](platform::StreamHandle s) { ops::paged_prefill(platform, p, s); });
+  }
+  r.median_ms = median(ms);
+  r.flops = 4.0 * c.head_dim * c.num_q_heads * sum_visible;
+  r.tflops = r.flops / (r.median_ms * 1e-3) / 1e12;
+  r.peak_pct = 100.0 * r.tflops / c.peak_tflops;
+  r.kv_bytes = 2.0 * std::accumulate(kv_lens.begin(), kv_lens.end(), 0.0) * row * 2;
+  r.gbps = r.kv_bytes / (r.median_ms * 1e-3) / 1e9;
+  if (c.check) {
+    std::vector<uint16_t> out(out_elems);
+    platform.copy(out.data(), p.out, out_elems * 2, platform::CopyKind::kDeviceToHost);
+    platform.synchronize();
+    // Every query_step-th query (odd, so it walks every position class) within the work budget.
+    const double work = sum_visible * c.num_q_heads * c.head_dim * 2;
+    auto step = static_cast<int32_t>(std::max(1.0, std::ceil(work / c.check_max_work)));
+    if (step > 1 && step % 2 == 0) ++step;
+    ops::PagedPrefillParams hp = p;
+    hp.q = q.data();
+    hp.k_cache = pool.k.data();
+    hp.v_cache = pool.v.data();
+    hp.qo_indptr = qo_indptr.data();
+    hp.page_indptr = pool.indptr.data();
+    hp.page_ids = pool.page_ids.data();
+    hp.kv_lens = kv_lens.data();
+    std::vector<float> ref(out_elems);
+    ops::reference::paged_prefill(hp, ref.data(), step);
+    compare(out, ref, static_cast<size_t>(c.num_q_heads) * c.head_dim, step, r);
+    r.checked_queries = (total_q + step - 1) / step;
+  }
+  return r;
+}
+
+}  // namespace
 
 }  // namespace kvserve::bench

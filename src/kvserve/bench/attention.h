@@ -1,5 +1,8 @@
-// bench-attention: paged decode attention on a fragmented pool, timed against the device's copy
-// bandwidth, with its error against the float64 reference.
+// bench-attention: one attention kernel on a fragmented pool with its error against the float64
+// reference. Decode mode (the default): paged decode, timed against the device's copy bandwidth.
+// Prefill mode: `batch` requests of seq_len new tokens after prefix_len cached ones, through the
+// tensor-core paged prefill kernel (or the decode kernel with one query per token, today's
+// extend path, with kernel "decode-per-token"), timed in TFLOP/s against a stated peak.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,9 @@ namespace kvserve::bench {
 
 struct AttentionBenchConfig {
   std::string backend = "cuda-paged";
+  std::string mode = "decode";     // decode or prefill
+  std::string kernel = "prefill";  // prefill mode: prefill or decode-per-token
+  std::string variant = "auto";    // prefill tile shape (ops::parse_prefill_variant)
   int32_t batch = 16;
   int32_t seq_len = 4096;
   int32_t page_size = 16;
@@ -25,6 +31,13 @@ struct AttentionBenchConfig {
   bool check = true;              // compute the reference and the max error
   bool measure_copy = true;       // time a 1 GiB device copy for the roofline
   std::vector<int32_t> seq_lens;  // per request (tests: ragged, empty); empty: seq_len each
+  // Prefill mode.
+  int32_t prefix_len = 0;        // cached positions before the seq_len new tokens
+  bool causal = true;            // false: every query sees all its request's positions
+  std::vector<int32_t> q_lens;   // per request new tokens (tests); empty: seq_len each
+  std::vector<int32_t> kv_lens;  // per request positions; empty: prefix_len + q_len
+  double peak_tflops = 989.4;    // H100/H200 SXM dense bf16, the vendor's figure
+  double check_max_work = 4e9;   // reference multiply-adds; queries are subsampled above it
 };
 
 struct AttentionBenchResult {
@@ -38,6 +51,12 @@ struct AttentionBenchResult {
   // rounding the exact result to bf16 alone gives up to 0.5.
   double max_ulp_err = -1;
   int32_t num_splits = 1;
+  // Prefill mode.
+  double flops = 0;             // 4 * head_dim * num_q_heads * visible keys over all queries
+  double tflops = 0;            // flops / median time
+  double peak_pct = 0;          // tflops / peak_tflops
+  int32_t checked_queries = 0;  // query tokens compared with the reference
+  std::string variant;          // the tile shape that ran
 };
 
 Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,

@@ -51,13 +51,15 @@ int serve_until_signal(Server& http, const std::string& host, sigset_t signals, 
 // OpenAI's /v1/audio/transcriptions.
 int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
   const model::ModelRunnerOptions& r = o.engine.runner;
-  if (r.device != "cpu") {
+  if (r.kv_cache_dtype != "auto") {
     return load_failure(invalid_argument(
-        "--device {}: Whisper runs on the CPU so far; use --device cpu (the default)", r.device));
+        "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
+        r.kv_cache_dtype));
   }
   server::TranscriptionServiceOptions so;
+  so.runner.device = r.device;
   so.runner.page_size = r.page_size;
-  so.runner.attention_backend = r.attention_backend.empty() ? "cpu" : r.attention_backend;
+  so.runner.attention_backend = r.attention_backend;  // empty: the device's default
   so.runner.max_running_requests = r.max_running_requests > 0 ? r.max_running_requests : 8;
   so.runner.max_total_tokens = r.max_total_tokens;
   auto layout = mem::parse_encoder_kv_layout(o.encoder_kv_layout);
@@ -65,12 +67,14 @@ int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
     return load_failure(invalid_argument("--encoder-kv-layout: {}", layout.status().message()));
   }
   so.runner.layout = *layout;
-  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on the CPU",
-              o.engine.model_path.string());
+  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}",
+              o.engine.model_path.string(), r.device);
   auto service = server::TranscriptionService::create(o.engine.model_path, so);
   if (!service.is_ok()) return load_failure(service.status());
-  KV_LOG_INFO("speech recognition: page size {}, {} encoder KV layout, batches of up to {}",
-              so.runner.page_size, o.encoder_kv_layout, so.runner.max_running_requests);
+  const model::WhisperRunnerOptions& ro = (*service)->transcriber().runner().options();
+  KV_LOG_INFO(
+      "speech recognition: page size {}, {} encoder KV layout, {} attention, batches of up to {}",
+      ro.page_size, o.encoder_kv_layout, ro.attention_backend, ro.max_running_requests);
   server::TranscriptionServer http(**service, o.engine.model_path.string(), o.server);
   if (Status s = http.bind(); !s.is_ok()) {
     fmt::print(stderr, "kvserve serve: {}\n", s.message());
@@ -125,7 +129,8 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
   cmd->add_option("--device", e.runner.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--page-size", e.runner.page_size)->capture_default_str();
   cmd->add_option("--attention-backend", e.runner.attention_backend,
-                  "cpu or native (CPU), cuda-paged (CUDA); default: the device's");
+                  "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
+                  "(a Whisper checkpoint on CUDA with the ragged layout: cuda-ragged)");
   cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype)->capture_default_str();
   cmd->add_option("--max-total-tokens", e.runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", e.runner.mem_fraction_static,

@@ -1,4 +1,4 @@
-// kvserve transcribe: speech to text with a Whisper checkpoint, on the CPU.
+// kvserve transcribe: speech to text with a Whisper checkpoint, on the CPU (f32) or CUDA (bf16).
 //
 // Per file: decode (audio/audio_file.h, at most one 30 s window: long-form chunking is not
 // supported yet), resample to the feature extractor's rate, log-mel features from the model's
@@ -22,6 +22,7 @@
 #include "kvserve/core/logging.h"
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/platform/platform.h"
 
 namespace kvserve::cli {
 namespace {
@@ -33,7 +34,7 @@ struct TranscribeOptions {
   std::string task = "transcribe";
   int32_t page_size = 1;
   std::string encoder_kv_layout = "aligned";
-  std::string attention_backend = "cpu";
+  std::string attention_backend;  // empty: the device's default for the layout
   int32_t max_running_requests = 8;
   int32_t max_new_tokens = 0;
   std::string response_format = "text";
@@ -53,11 +54,9 @@ int fail(const Status& s) {
 }
 
 Status check_flags(const TranscribeOptions& o) {
-  if (o.device == "cuda" || o.device.starts_with("cuda:")) {
-    return invalid_argument(
-        "--device {}: Whisper runs on the CPU so far; use --device cpu (the default)", o.device);
+  if (auto device = platform::parse_device(o.device); !device.is_ok()) {
+    return invalid_argument("--device: {}", device.status().message());
   }
-  if (o.device != "cpu") return invalid_argument("--device: unknown device '{}'", o.device);
   if (o.model_path.empty()) {
     return invalid_argument(
         "--model-path is required (a Whisper checkpoint directory; no speech model ships yet)");
@@ -77,6 +76,7 @@ Result<std::unique_ptr<model::WhisperTranscriber>> load(const TranscribeOptions&
     return make_status(StatusCode::kNotFound, "--model-path {}: no such directory", o.model_path);
   }
   model::WhisperRunnerOptions ropt;
+  ropt.device = o.device;
   ropt.page_size = o.page_size;
   ropt.attention_backend = o.attention_backend;
   ropt.max_running_requests = o.max_running_requests;
@@ -138,9 +138,12 @@ int run_transcribe(const TranscribeOptions& o) {
   auto loaded = load(o);
   if (!loaded.is_ok()) return fail(loaded.status());
   model::WhisperTranscriber& t = **loaded;
-  KV_LOG_INFO("transcribe: {} ({} + {} layers), page size {}, {} encoder KV layout, batches of {}",
-              o.model_path, t.runner().config().encoder_layers, t.runner().config().decoder_layers,
-              o.page_size, o.encoder_kv_layout, o.max_running_requests);
+  KV_LOG_INFO(
+      "transcribe: {} ({} + {} layers) on {}, page size {}, {} encoder KV layout, {} attention, "
+      "batches of {}",
+      o.model_path, t.runner().config().encoder_layers, t.runner().config().decoder_layers,
+      o.device, o.page_size, o.encoder_kv_layout, t.runner().options().attention_backend,
+      o.max_running_requests);
 
   const auto t0 = std::chrono::steady_clock::now();
   size_t failed = 0;
@@ -193,8 +196,9 @@ Command add_transcribe_command(CLI::App& app) {
   cmd->add_option("--page-size", o->page_size, "KV cache page size, 1..128")->capture_default_str();
   cmd->add_option("--encoder-kv-layout", o->encoder_kv_layout, "aligned or ragged")
       ->capture_default_str();
-  cmd->add_option("--attention-backend", o->attention_backend, "cpu or native")
-      ->capture_default_str();
+  cmd->add_option("--attention-backend", o->attention_backend,
+                  "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: cpu on the CPU, "
+                  "on CUDA cuda-paged for the aligned layout and cuda-ragged for the ragged one");
   cmd->add_option("--max-running-requests", o->max_running_requests, "Files per batch")
       ->capture_default_str();
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "0: until the model's max_length")
@@ -203,7 +207,7 @@ Command add_transcribe_command(CLI::App& app) {
                   "text (FILE: transcript), json or verbose_json (one object per line)")
       ->check(CLI::IsMember({"text", "json", "verbose_json"}))
       ->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu (Whisper runs on the CPU so far)")
+  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (bf16 weights and KV cache on CUDA)")
       ->capture_default_str();
   return {cmd, [o] { return run_transcribe(*o); }};
 }

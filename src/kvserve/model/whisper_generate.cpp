@@ -79,9 +79,20 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
   const int32_t vocab = c.vocab_size;
   const std::vector<int32_t>& eos = g.eos_token_ids.empty() ? c.eos_token_ids : g.eos_token_ids;
 
-  // Prompts and the encoder outputs (request-major, for the requests with features).
-  std::vector<float> encoder_hidden;
-  std::vector<float> one;
+  // Prompts and the encoder outputs (request-major, for the requests with features), on the
+  // device in the model's dtype.
+  int64_t with_audio = 0;
+  for (const WhisperRequest& r : requests)
+    with_audio += r.features.empty() ? 0 : 1;
+  Tensor encoder_hidden;
+  const size_t encoder_bytes =
+      static_cast<size_t>(c.max_source_positions) * c.d_model * dtype_size(runner.model().dtype());
+  if (with_audio > 0) {
+    KV_ASSIGN_OR_RETURN(encoder_hidden,
+                        runner.platform().empty(runner.model().dtype(),
+                                                {with_audio * c.max_source_positions, c.d_model}));
+  }
+  int64_t encoded = 0;
   std::vector<int32_t> encoder_lens(bs);
   std::vector<int32_t> limits(bs);  // decoder length at which each request stops
   for (int32_t b = 0; b < bs; ++b) {
@@ -106,8 +117,8 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
     }
     limits[b] = limit;
     if (!r.features.empty()) {
-      KV_RETURN_IF_ERROR(runner.model().encode(r.features, one));
-      encoder_hidden.insert(encoder_hidden.end(), one.begin(), one.end());
+      KV_RETURN_IF_ERROR(runner.model().encode(
+          r.features, encoder_hidden.data_as<uint8_t>() + encoded++ * encoder_bytes));
       encoder_lens[b] = c.max_source_positions;
     }
   }
@@ -143,7 +154,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
   std::vector<float> logits;
-  runner.forward(batch, logits, encoder_hidden);
+  runner.forward(batch, logits, encoder_hidden.empty() ? nullptr : encoder_hidden.data());
 
   // Greedy steps; `active` lists the requests whose logits rows `logits` holds, in order.
   std::vector<int32_t> active(bs);

@@ -3,9 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
+#include <tuple>
 
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
@@ -34,13 +35,43 @@ struct WhisperModel::DecoderLayer {
   Norm ffn_norm;
 };
 
-// Activations, grown to the largest call seen.
+// Activations in the compute dtype on the platform, grown to the largest call seen: the encoder's
+// (fixed size) and the decoder's (per batch), the batch's integers and the logits.
 struct WhisperModel::Workspace {
-  std::vector<float> conv, hidden, delta, normed, qkv, attn, ffn;  // encoder
-  std::vector<float> h, d, n, q, k, v, a, f, ck, cv, last;         // decoder
+  bool encoder_ready = false;
+  Tensor features;  // [mels, frames] in the compute dtype (off the CPU)
+  Tensor conv, col, hidden, delta, normed, qkv, attn, ffn, encoded;
+  int64_t tokens = 0;
+  Tensor h, d, n, q, k, v, a, f;
+  int64_t encoder_rows = 0;
+  Tensor ck, cv;
+  int64_t logit_rows = 0;
+  Tensor last_h, last_d, last;
+  Tensor logits;  // f32 [logit_rows, vocab] off the CPU (the CPU writes the caller's vector)
+  Tensor ints;    // i32: input_ids | positions | logits_indices
+  int64_t ints_size = 0;
+  std::vector<int32_t> host_ints;
+  std::vector<uint8_t> host;  // features or encoder output in transit
 };
 
 namespace {
+
+// Grows `t` to [rows, cols] of `dt` when it holds fewer elements (contents are not kept).
+Status grow(platform::Platform& p, Tensor& t, DType dt, int64_t rows, int64_t cols) {
+  if (!t.empty() && t.numel() >= rows * cols) return Status::ok();
+  t = Tensor();  // free the smaller one first
+  KV_ASSIGN_OR_RETURN(t, p.empty(dt, {std::max<int64_t>(rows, 1), cols}));
+  return Status::ok();
+}
+
+void check_reserved(const Status& s) {
+  KV_CHECK(s.is_ok(), "Whisper activation memory: {}", s.to_string());
+}
+
+// f32 on the CPU (exact against the float64 references), bf16 on CUDA.
+DType compute_dtype_of(const platform::Platform& p) {
+  return p.device().is_cpu() ? DType::kF32 : DType::kBF16;
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
@@ -53,17 +84,22 @@ struct Part {
   int64_t zero_rows = 0;
 };
 
-// Copies checkpoint tensors (any float dtype) into consecutive row blocks of one f32 tensor.
+// Copies checkpoint tensors (any float dtype) into consecutive row blocks of one tensor of the
+// compute dtype on the platform, through f32 on the host (exact for every source dtype).
 class Loader {
  public:
-  Loader(const WeightStore& store, platform::Platform& p) : store_(store), platform_(p) {}
+  Loader(const WeightStore& store, platform::Platform& p, DType dtype)
+      : store_(store), platform_(p), dtype_(dtype) {}
 
-  Result<Tensor> load(const std::string& name, std::vector<int64_t> shape) {
-    return load_parts({Part{name}}, std::move(shape));
+  // `scale` multiplies every element in f32 (the pre-scaled embedding table).
+  Result<Tensor> load(const std::string& name, std::vector<int64_t> shape, float scale = 1.0f) {
+    return load_parts({Part{name}}, std::move(shape), scale);
   }
 
-  Result<Tensor> load_parts(const std::vector<Part>& parts, std::vector<int64_t> shape) {
-    KV_ASSIGN_OR_RETURN(Tensor out, platform_.empty(DType::kF32, shape, /*zero=*/true));
+  Result<Tensor> load_parts(const std::vector<Part>& parts, std::vector<int64_t> shape,
+                            float scale = 1.0f) {
+    KV_ASSIGN_OR_RETURN(Tensor out, platform_.empty(dtype_, shape, /*zero=*/true));
+    const size_t elem = dtype_size(dtype_);
     int64_t row_elems = 1;
     for (size_t i = 1; i < shape.size(); ++i)
       row_elems *= shape[i];
@@ -90,10 +126,20 @@ class Loader {
       const int64_t n = w.numel();
       host_.resize(n);
       convert_elements(w.data, w.dtype, host_.data(), DType::kF32, n);
-      platform_.copy(out.data_as<float>() + row * row_elems, host_.data(), n * sizeof(float),
+      if (scale != 1.0f) {
+        for (float& x : host_)
+          x *= scale;
+      }
+      const void* src = host_.data();
+      if (dtype_ != DType::kF32) {
+        converted_.resize(n * elem);
+        convert_elements(host_.data(), DType::kF32, converted_.data(), dtype_, n);
+        src = converted_.data();
+      }
+      platform_.copy(out.data_as<uint8_t>() + row * row_elems * elem, src, n * elem,
                      platform::CopyKind::kHostToDevice);
       row += w.shape[0];
-      bytes_ += n * sizeof(float);
+      bytes_ += n * elem;
     }
     KV_CHECK_EQ(row, shape[0], "parts do not fill the tensor");
     return out;
@@ -104,33 +150,27 @@ class Loader {
  private:
   const WeightStore& store_;
   platform::Platform& platform_;
+  DType dtype_;
   std::vector<float> host_;
+  std::vector<uint8_t> converted_;
   size_t bytes_ = 0;
 };
-
-template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
-}
 
 }  // namespace
 
 WhisperModel::WhisperModel(const WhisperConfig& config, platform::Platform& platform)
-    : config_(config), platform_(platform), ws_(std::make_unique<Workspace>()) {}
+    : config_(config),
+      platform_(platform),
+      dtype_(compute_dtype_of(platform)),
+      ws_(std::make_unique<Workspace>()) {}
 
 WhisperModel::~WhisperModel() = default;
 
 Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
                                                          const WeightStore& weights,
                                                          platform::Platform& platform) {
-  if (!platform.device().is_cpu()) {
-    return make_status(StatusCode::kUnimplemented,
-                       "the Whisper model runs on the CPU platform only so far (asked for {})",
-                       platform.device().to_string());
-  }
   std::unique_ptr<WhisperModel> m(new WhisperModel(c, platform));
-  Loader l(weights, platform);
+  Loader l(weights, platform, m->dtype_);
   const int64_t d = c.d_model;
   const auto norm = [&](const std::string& p, Norm& out) -> Status {
     KV_ASSIGN_OR_RETURN(out.weight, l.load(p + ".weight", {d}));
@@ -168,6 +208,10 @@ Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
 
   const std::string dec = "model.decoder.";
   KV_ASSIGN_OR_RETURN(m->embed_tokens_, l.load(dec + "embed_tokens.weight", {c.vocab_size, d}));
+  if (c.scale_embedding) {
+    KV_ASSIGN_OR_RETURN(m->embed_scaled_, l.load(dec + "embed_tokens.weight", {c.vocab_size, d},
+                                                 std::sqrt(static_cast<float>(d))));
+  }
   KV_ASSIGN_OR_RETURN(m->decoder_positions_,
                       l.load(dec + "embed_positions.weight", {c.max_target_positions, d}));
   m->decoder_layers_.resize(c.decoder_layers);
@@ -204,13 +248,13 @@ Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
   return m;
 }
 
-void WhisperModel::linear(const float* a, const Tensor& w, const Tensor* bias, float* out,
+void WhisperModel::linear(const void* a, const Tensor& w, const Tensor* bias, void* out,
                           int64_t rows, int64_t cols, int64_t k, int64_t lda) {
   ops::gemm(platform_, {.a = a,
                         .b = w.data(),
                         .bias = bias != nullptr && !bias->empty() ? bias->data() : nullptr,
                         .c = out,
-                        .dtype = DType::kF32,
+                        .dtype = dtype_,
                         .m = rows,
                         .n = cols,
                         .k = k,
@@ -219,21 +263,49 @@ void WhisperModel::linear(const float* a, const Tensor& w, const Tensor* bias, f
                         .ldc = cols});
 }
 
-void WhisperModel::layer_norm(const float* x, float* residual, const Norm& norm, float* out,
+void WhisperModel::layer_norm(const void* x, void* residual, const Norm& norm, void* out,
                               int64_t rows) {
   ops::layer_norm(platform_, {.x = x,
                               .residual = residual,
                               .out = out,
                               .weight = norm.weight.data(),
                               .bias = norm.bias.data(),
-                              .dtype = DType::kF32,
+                              .dtype = dtype_,
                               .rows = rows,
                               .cols = config_.d_model,
                               .x_stride = config_.d_model,
                               .eps = static_cast<float>(config_.layer_norm_eps)});
 }
 
-Status WhisperModel::encode(std::span<const float> features, std::vector<float>& out) {
+void WhisperModel::reserve_encoder() {
+  Workspace& w = *ws_;
+  if (w.encoder_ready) return;
+  const WhisperConfig& c = config_;
+  const int64_t frames = c.input_frames();
+  const int64_t mels = c.num_mel_bins;
+  const int64_t d = c.d_model;
+  const int64_t s = c.max_source_positions;
+  const bool on_cpu = platform_.device().is_cpu();
+  // im2col of either convolution: [out_len, in_channels * 3] (unused on the CPU).
+  const int64_t col = on_cpu ? 1 : std::max(frames * mels * 3, s * d * 3);
+  Status st = Status::ok();
+  for (auto [t, rows, cols] : {std::tuple{&w.conv, frames, d},
+                               {&w.col, int64_t{1}, col},
+                               {&w.hidden, s, d},
+                               {&w.delta, s, d},
+                               {&w.normed, s, d},
+                               {&w.qkv, s, 3 * d},
+                               {&w.attn, s, d},
+                               {&w.ffn, s, int64_t{c.encoder_ffn_dim}},
+                               {&w.features, on_cpu ? 1 : mels, on_cpu ? 1 : frames},
+                               {&w.encoded, on_cpu ? 1 : s, d}}) {
+    if (st.is_ok()) st = grow(platform_, *t, dtype_, rows, cols);
+  }
+  check_reserved(st);
+  w.encoder_ready = true;
+}
+
+Status WhisperModel::encode(std::span<const float> features, void* out) {
   const WhisperConfig& c = config_;
   const int64_t frames = c.input_frames();
   const int64_t mels = c.num_mel_bins;
@@ -246,20 +318,34 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
   const int64_t d = c.d_model;
   const int64_t s = c.max_source_positions;
   const int64_t ffn = c.encoder_ffn_dim;
+  const size_t es = dtype_size(dtype_);
+  const bool on_cpu = platform_.device().is_cpu();
   Workspace& w = *ws_;
-  float* conv = grow(w.conv, frames * d);
-  float* hidden = grow(w.hidden, s * d);
-  float* delta = grow(w.delta, s * d);
-  float* normed = grow(w.normed, s * d);
-  float* qkv = grow(w.qkv, s * 3 * d);
-  float* attn = grow(w.attn, s * d);
-  float* f = grow(w.ffn, s * ffn);
+  reserve_encoder();
+  // The features in the compute dtype on the device (the CPU reads the caller's span).
+  const void* x = features.data();
+  if (!on_cpu) {
+    w.host.resize(features.size() * es);
+    convert_elements(features.data(), DType::kF32, w.host.data(), dtype_,
+                     static_cast<int64_t>(features.size()));
+    platform_.copy(w.features.data(), w.host.data(), w.host.size(),
+                   platform::CopyKind::kHostToDevice);
+    x = w.features.data();
+  }
+  void* conv = w.conv.data();
+  void* hidden = w.hidden.data();
+  void* delta = w.delta.data();
+  void* normed = w.normed.data();
+  auto* qkv = w.qkv.data_as<uint8_t>();
+  void* attn = w.attn.data();
+  void* f = w.ffn.data();
 
-  ops::conv1d(platform_, {.x = features.data(),
+  ops::conv1d(platform_, {.x = x,
                           .weight = conv1_w_.data(),
                           .bias = conv1_b_.data(),
                           .out = conv,
-                          .dtype = DType::kF32,
+                          .workspace = on_cpu ? nullptr : w.col.data(),
+                          .dtype = dtype_,
                           .in_channels = mels,
                           .in_len = frames,
                           .out_channels = d,
@@ -268,12 +354,13 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
                           .kernel_size = 3,
                           .stride = 1,
                           .padding = 1});
-  ops::gelu(platform_, {.x = conv, .out = conv, .dtype = DType::kF32, .n = frames * d});
+  ops::gelu(platform_, {.x = conv, .out = conv, .dtype = dtype_, .n = frames * d});
   const ops::Conv1dParams conv2{.x = conv,
                                 .weight = conv2_w_.data(),
                                 .bias = conv2_b_.data(),
                                 .out = hidden,
-                                .dtype = DType::kF32,
+                                .workspace = on_cpu ? nullptr : w.col.data(),
+                                .dtype = dtype_,
                                 .in_channels = d,
                                 .in_len = frames,
                                 .out_channels = d,
@@ -284,11 +371,11 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
                                 .padding = 1};
   KV_CHECK_EQ(conv2.out_len(), s, "conv2 output length");
   ops::conv1d(platform_, conv2);
-  ops::gelu(platform_, {.x = hidden, .out = hidden, .dtype = DType::kF32, .n = s * d});
+  ops::gelu(platform_, {.x = hidden, .out = hidden, .dtype = dtype_, .n = s * d});
   ops::add_position_embedding(platform_, {.x = hidden,
                                           .table = encoder_positions_.data(),
                                           .positions = nullptr,
-                                          .dtype = DType::kF32,
+                                          .dtype = dtype_,
                                           .rows = s,
                                           .cols = d,
                                           .num_positions = c.max_source_positions});
@@ -300,10 +387,10 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
     layer_norm(pending ? delta : hidden, pending ? hidden : nullptr, l.attn_norm, normed, s);
     linear(normed, l.qkv_w, &l.qkv_b, qkv, s, 3 * d, d, d);
     ops::dense_attention(platform_, {.q = qkv,
-                                     .k = qkv + d,
-                                     .v = qkv + 2 * d,
+                                     .k = qkv + d * es,
+                                     .v = qkv + 2 * d * es,
                                      .out = attn,
-                                     .dtype = DType::kF32,
+                                     .dtype = dtype_,
                                      .num_q = s,
                                      .num_kv = s,
                                      .q_stride = 3 * d,
@@ -315,61 +402,111 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
     linear(attn, l.o_w, &l.o_b, delta, s, d, d, d);
     layer_norm(delta, hidden, l.ffn_norm, normed, s);
     linear(normed, l.fc1_w, &l.fc1_b, f, s, ffn, d, d);
-    ops::gelu(platform_, {.x = f, .out = f, .dtype = DType::kF32, .n = s * ffn});
+    ops::gelu(platform_, {.x = f, .out = f, .dtype = dtype_, .n = s * ffn});
     linear(f, l.fc2_w, &l.fc2_b, delta, s, d, ffn, ffn);
     pending = true;
   }
-  out.resize(static_cast<size_t>(s * d));
-  layer_norm(pending ? delta : hidden, pending ? hidden : nullptr, *encoder_norm_, out.data(), s);
+  layer_norm(pending ? delta : hidden, pending ? hidden : nullptr, *encoder_norm_, out, s);
+  return Status::ok();
+}
+
+Status WhisperModel::encode(std::span<const float> features, std::vector<float>& out) {
+  const int64_t n = int64_t{config_.max_source_positions} * config_.d_model;
+  out.resize(static_cast<size_t>(n));
+  if (platform_.device().is_cpu()) return encode(features, out.data());
+  reserve_encoder();
+  KV_RETURN_IF_ERROR(encode(features, ws_->encoded.data()));
+  ws_->host.resize(n * dtype_size(dtype_));
+  platform_.copy(ws_->host.data(), ws_->encoded.data(), ws_->host.size(),
+                 platform::CopyKind::kDeviceToHost);
+  platform_.synchronize();
+  convert_elements(ws_->host.data(), dtype_, out.data(), DType::kF32, n);
   return Status::ok();
 }
 
 void WhisperModel::forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
-                           std::vector<float>& logits, std::span<const float> encoder_hidden) {
+                           std::vector<float>& logits, const void* encoder_hidden) {
   const WhisperConfig& c = config_;
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
   const int64_t d = c.d_model;
   const int64_t ffn = c.decoder_ffn_dim;
+  const int64_t vocab = c.vocab_size;
   const auto enc_rows = static_cast<int64_t>(batch.encoder_out_cache_loc.size());
-  KV_CHECK_EQ(static_cast<int64_t>(encoder_hidden.size()), enc_rows * d,
-              "encoder_hidden must hold one d_model row per encoder_out_cache_loc slot");
+  KV_CHECK(enc_rows == 0 || encoder_hidden != nullptr,
+           "{} encoder_out_cache_loc slots but no encoder_hidden", enc_rows);
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  for (const int32_t t : batch.logits_indices)
+    KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
+  const bool on_cpu = platform_.device().is_cpu();
+  const size_t es = dtype_size(dtype_);
   Workspace& w = *ws_;
-  float* h = grow(w.h, n * d);
-  float* delta = grow(w.d, n * d);
-  float* normed = grow(w.n, n * d);
-  float* q = grow(w.q, n * d);
-  float* k = grow(w.k, n * d);
-  float* v = grow(w.v, n * d);
-  float* attn = grow(w.a, n * d);
-  float* f = grow(w.f, n * ffn);
-  float* ck = grow(w.ck, enc_rows * d);
-  float* cv = grow(w.cv, enc_rows * d);
-
-  // Tokens of requests without an encoder output skip cross-attention.
-  std::vector<int64_t> no_encoder_tokens;
-  for (int32_t b = 0; b < batch.batch_size(); ++b) {
-    if (batch.encoder_len(b) != 0) continue;
-    for (int32_t i = 0; i < batch.extend_lens[b]; ++i)
-      no_encoder_tokens.push_back(batch.extend_start_loc[b] + i);
+  Status st = Status::ok();
+  if (n > w.tokens) {
+    for (auto [t, cols] : {std::pair{&w.h, d},
+                           {&w.d, d},
+                           {&w.n, d},
+                           {&w.q, d},
+                           {&w.k, d},
+                           {&w.v, d},
+                           {&w.a, d},
+                           {&w.f, ffn}}) {
+      if (st.is_ok()) st = grow(platform_, *t, dtype_, n, cols);
+    }
+    if (st.is_ok()) w.tokens = n;
   }
-
-  ops::embedding(platform_, {.table = embed_tokens_.data(),
-                             .ids = batch.input_ids.data(),
-                             .out = h,
-                             .dtype = DType::kF32,
-                             .num_tokens = n,
-                             .hidden = d,
-                             .vocab = c.vocab_size});
-  if (c.scale_embedding) {
-    const float scale = std::sqrt(static_cast<float>(d));
-    for (int64_t i = 0; i < n * d; ++i)
-      h[i] *= scale;
+  if (st.is_ok() && enc_rows > w.encoder_rows) {
+    st = grow(platform_, w.ck, dtype_, enc_rows, d);
+    if (st.is_ok()) st = grow(platform_, w.cv, dtype_, enc_rows, d);
+    if (st.is_ok()) w.encoder_rows = enc_rows;
   }
+  if (st.is_ok() && rows > w.logit_rows) {
+    for (Tensor* t : {&w.last_h, &w.last_d, &w.last}) {
+      if (st.is_ok()) st = grow(platform_, *t, dtype_, rows, d);
+    }
+    if (st.is_ok() && !on_cpu) st = grow(platform_, w.logits, DType::kF32, rows, vocab);
+    if (st.is_ok()) w.logit_rows = rows;
+  }
+  if (st.is_ok() && 2 * n + rows > w.ints_size) {
+    st = grow(platform_, w.ints, DType::kI32, 1, 2 * n + rows);
+    if (st.is_ok()) w.ints_size = 2 * n + rows;
+  }
+  check_reserved(st);
+
+  // The batch's integers reach the device in one copy.
+  w.host_ints.resize(2 * n + rows);
+  std::copy(batch.input_ids.begin(), batch.input_ids.end(), w.host_ints.begin());
+  std::copy(batch.positions.begin(), batch.positions.end(), w.host_ints.begin() + n);
+  std::copy(batch.logits_indices.begin(), batch.logits_indices.end(), w.host_ints.begin() + 2 * n);
+  platform_.copy(w.ints.data(), w.host_ints.data(), w.host_ints.size() * sizeof(int32_t),
+                 platform::CopyKind::kHostToDevice);
+  const int32_t* ids = w.ints.data_as<int32_t>();
+  const int32_t* positions = ids + n;
+  const int32_t* logits_indices = ids + 2 * n;
+
+  void* h = w.h.data();
+  auto* delta = w.d.data_as<uint8_t>();
+  void* normed = w.n.data();
+  void* q = w.q.data();
+  void* k = w.k.data();
+  void* v = w.v.data();
+  void* attn = w.a.data();
+  void* f = w.f.data();
+  void* ck = enc_rows > 0 ? w.ck.data() : nullptr;
+  void* cv = enc_rows > 0 ? w.cv.data() : nullptr;
+
+  ops::embedding(platform_,
+                 {.table = embed_scaled_.empty() ? embed_tokens_.data() : embed_scaled_.data(),
+                  .ids = ids,
+                  .out = h,
+                  .dtype = dtype_,
+                  .num_tokens = n,
+                  .hidden = d,
+                  .vocab = c.vocab_size});
   ops::add_position_embedding(platform_, {.x = h,
                                           .table = decoder_positions_.data(),
-                                          .positions = batch.positions.data(),
-                                          .dtype = DType::kF32,
+                                          .positions = positions,
+                                          .dtype = dtype_,
                                           .rows = n,
                                           .cols = d,
                                           .num_positions = c.max_target_positions});
@@ -390,44 +527,63 @@ void WhisperModel::forward(const ForwardBatch& batch, attention::AttentionBacken
     linear(normed, l.q_w, &l.q_b, q, n, d, d, d);
     linear(normed, l.k_w, nullptr, k, n, d, d, d);
     linear(normed, l.v_w, &l.v_b, v, n, d, d, d);
-    backend.forward({.q = q, .k = k, .v = v, .out = attn, .dtype = DType::kF32}, layer, batch);
+    backend.forward({.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_}, layer, batch);
     linear(attn, l.o_w, &l.o_b, delta, n, d, d, d);
     // Cross-attention over the encoder region; its K/V are stored only when computed here.
     layer_norm(delta, h, l.cross_norm, normed, n);
     linear(normed, l.cq_w, &l.cq_b, q, n, d, d, d);
     if (enc_rows > 0) {
-      linear(encoder_hidden.data(), l.ck_w, nullptr, ck, enc_rows, d, d, d);
-      linear(encoder_hidden.data(), l.cv_w, &l.cv_b, cv, enc_rows, d, d, d);
+      linear(encoder_hidden, l.ck_w, nullptr, ck, enc_rows, d, d, d);
+      linear(encoder_hidden, l.cv_w, &l.cv_b, cv, enc_rows, d, d, d);
     }
     layer.is_cross_attention = true;
-    backend.forward({.q = q,
-                     .k = enc_rows > 0 ? ck : nullptr,
-                     .v = enc_rows > 0 ? cv : nullptr,
-                     .out = attn,
-                     .dtype = DType::kF32},
-                    layer, batch);
+    backend.forward({.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_}, layer, batch);
     linear(attn, l.co_w, &l.co_b, delta, n, d, d, d);
-    for (const int64_t t : no_encoder_tokens)
-      std::memset(delta + t * d, 0, sizeof(float) * d);
+    // Tokens of requests without an encoder output skip cross-attention.
+    for (int32_t b = 0; b < batch.batch_size(); ++b) {
+      if (batch.encoder_len(b) != 0 || batch.extend_lens[b] == 0) continue;
+      platform_.memset(delta + int64_t{batch.extend_start_loc[b]} * d * es, 0,
+                       int64_t{batch.extend_lens[b]} * d * es);
+    }
     // Feed-forward.
     layer_norm(delta, h, l.ffn_norm, normed, n);
     linear(normed, l.fc1_w, &l.fc1_b, f, n, ffn, d, d);
-    ops::gelu(platform_, {.x = f, .out = f, .dtype = DType::kF32, .n = n * ffn});
+    ops::gelu(platform_, {.x = f, .out = f, .dtype = dtype_, .n = n * ffn});
     linear(f, l.fc2_w, &l.fc2_b, delta, n, d, ffn, ffn);
     pending = true;
   }
-  // Final norm only for the rows whose logits are wanted.
-  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
-  float* last = grow(w.last, rows * d);
-  for (int64_t i = 0; i < rows; ++i) {
-    const int32_t t = batch.logits_indices[i];
-    KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
-    for (int64_t j = 0; j < d; ++j)
-      last[i * d + j] = h[t * d + j] + (pending ? delta[t * d + j] : 0.0f);
-  }
-  layer_norm(last, nullptr, *decoder_norm_, last, rows);
-  logits.resize(static_cast<size_t>(rows) * c.vocab_size);
-  linear(last, embed_tokens_, nullptr, logits.data(), rows, c.vocab_size, d, d);
+  // The rows whose logits are wanted are gathered (an embedding lookup into the activations); the
+  // last sublayer output joins the residual inside the final norm.
+  logits.resize(static_cast<size_t>(rows) * vocab);
+  if (rows == 0) return;
+  const auto gather = [&](const void* table, void* out) {
+    ops::embedding(platform_, {.table = table,
+                               .ids = logits_indices,
+                               .out = out,
+                               .dtype = dtype_,
+                               .num_tokens = rows,
+                               .hidden = d,
+                               .vocab = n});
+  };
+  gather(h, w.last_h.data());
+  if (pending) gather(delta, w.last_d.data());
+  layer_norm(pending ? w.last_d.data() : w.last_h.data(), pending ? w.last_h.data() : nullptr,
+             *decoder_norm_, w.last.data(), rows);
+  ops::gemm(platform_, {.a = w.last.data(),
+                        .b = embed_tokens_.data(),
+                        .c = on_cpu ? logits.data() : w.logits.data(),
+                        .dtype = dtype_,
+                        .c_f32 = true,
+                        .m = rows,
+                        .n = vocab,
+                        .k = d,
+                        .lda = d,
+                        .ldb = d,
+                        .ldc = vocab});
+  if (on_cpu) return;
+  platform_.copy(logits.data(), w.logits.data(), logits.size() * sizeof(float),
+                 platform::CopyKind::kDeviceToHost);
+  platform_.synchronize();
 }
 
 }  // namespace kvserve::model

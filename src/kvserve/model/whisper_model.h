@@ -1,5 +1,7 @@
-// WhisperForConditionalGeneration on the CPU platform (f32), on the project's KV pool and
-// attention backends.
+// WhisperForConditionalGeneration on the project's KV pool and attention backends. Weights are
+// loaded into the platform's compute dtype (f32 on the CPU, bf16 on CUDA; f32 accumulation in
+// every GEMM, norm and softmax) and activations stay on the device; only the features go in and
+// the f32 logits come out.
 //
 // encode(): log-mel features [num_mel_bins, 2 * max_source_positions] -> conv1 + GELU, conv2
 // (stride 2) + GELU, + sinusoidal positions, pre-LN encoder layers with dense non-causal
@@ -12,6 +14,8 @@
 // batch.encoder_out_cache_loc through AttentionIO.k/v); later forwards read them from the pool.
 // A request with encoder_len 0 skips cross-attention, as transformers' decoder does without
 // encoder states (the backend reads nothing for it). Logits = proj_out, tied to embed_tokens.
+// With scale_embedding the decoder reads a second, pre-scaled copy of embed_tokens (the same f32
+// product the scaling would compute per token).
 #pragma once
 
 #include <memory>
@@ -28,7 +32,7 @@ namespace kvserve::model {
 class WhisperModel {
  public:
   // kNotFound for a missing tensor, kInvalidArgument for a shape mismatch (naming the tensor,
-  // its file, the expected and actual shapes), kUnimplemented off the CPU platform.
+  // its file, the expected and actual shapes), kOutOfMemory when the platform cannot hold it.
   static Result<std::unique_ptr<WhisperModel>> load(const WhisperConfig& config,
                                                     const WeightStore& weights,
                                                     platform::Platform& platform);
@@ -36,18 +40,24 @@ class WhisperModel {
 
   const WhisperConfig& config() const { return config_; }
   size_t weight_bytes() const { return weight_bytes_; }
+  // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations, encoder outputs).
+  DType dtype() const { return dtype_; }
+  platform::Platform& platform() { return platform_; }
 
   // One request's features, row-major [num_mel_bins, input_frames()] (transformers'
-  // input_features[0]); `out` becomes [max_source_positions, d_model]. kInvalidArgument when the
-  // size is not num_mel_bins * input_frames().
+  // input_features[0]), host memory. `out` is device memory for [max_source_positions, d_model]
+  // elements of dtype(). kInvalidArgument when the size is not num_mel_bins * input_frames().
+  Status encode(std::span<const float> features, void* out);
+  // The same, with the output converted to f32 on the host (tests, tools).
   Status encode(std::span<const float> features, std::vector<float>& out);
 
-  // One decoder forward; `logits` becomes [batch.logits_indices.size(), vocab_size].
-  // `encoder_hidden` holds the encoder outputs whose cross K/V this forward stores, request-major
-  // in the order of batch.encoder_out_cache_loc ([encoder_out_cache_loc.size(), d_model]); empty
-  // when every request's encoder K/V is already cached (or it has none).
+  // One decoder forward; `logits` becomes [batch.logits_indices.size(), vocab_size], f32, host.
+  // `encoder_hidden` (device memory, dtype()) holds the encoder outputs whose cross K/V this
+  // forward stores, request-major in the order of batch.encoder_out_cache_loc
+  // ([encoder_out_cache_loc.size(), d_model]); null when every request's encoder K/V is already
+  // cached (or it has none).
   void forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
-               std::vector<float>& logits, std::span<const float> encoder_hidden = {});
+               std::vector<float>& logits, const void* encoder_hidden = nullptr);
 
  private:
   struct Norm;
@@ -57,9 +67,10 @@ class WhisperModel {
   WhisperModel(const WhisperConfig& config, platform::Platform& platform);
 
   // out[rows, cols] = a[rows, k] . w[cols, k]^T (+ bias)
-  void linear(const float* a, const Tensor& w, const Tensor* bias, float* out, int64_t rows,
+  void linear(const void* a, const Tensor& w, const Tensor* bias, void* out, int64_t rows,
               int64_t cols, int64_t k, int64_t lda);
-  void layer_norm(const float* x, float* residual, const Norm& norm, float* out, int64_t rows);
+  void layer_norm(const void* x, void* residual, const Norm& norm, void* out, int64_t rows);
+  void reserve_encoder();  // the encoder's activations (fixed size), once
 
   WhisperConfig config_;
   platform::Platform& platform_;
@@ -68,9 +79,11 @@ class WhisperModel {
   std::vector<EncoderLayer> encoder_layers_;
   std::unique_ptr<Norm> encoder_norm_;
   Tensor embed_tokens_;       // [vocab, d_model], also proj_out
+  Tensor embed_scaled_;       // embed_tokens * sqrt(d_model) with scale_embedding, else empty
   Tensor decoder_positions_;  // [max_target_positions, d_model]
   std::vector<DecoderLayer> decoder_layers_;
   std::unique_ptr<Norm> decoder_norm_;
+  DType dtype_;
   std::unique_ptr<Workspace> ws_;
   size_t weight_bytes_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include "kvserve/mem/common.h"
 #include "kvserve/model/weights.h"
+#include "kvserve/platform/platform.h"
 
 namespace kvserve::model {
 namespace {
@@ -24,13 +25,27 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
   }
   std::unique_ptr<WhisperRunner> r(new WhisperRunner());
   r->options_ = o;
-  KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(Device{}));
+  KV_ASSIGN_OR_RETURN(const Device device, platform::parse_device(o.device));
+  std::string& backend = r->options_.attention_backend;
+  if (backend.empty()) {
+    backend = attention::default_attention_backend(device);
+    if (!device.is_cpu() && o.layout == mem::EncoderKvLayout::kRagged && o.page_size > 1) {
+      backend = "cuda-ragged";
+    }
+  }
+  if (backend == "cuda-paged" && o.layout == mem::EncoderKvLayout::kRagged && o.page_size > 1) {
+    return invalid_argument(
+        "--attention-backend cuda-paged reads whole pages, but the ragged encoder KV layout "
+        "starts the decoder region inside a page (page size {}): use cuda-ragged or the aligned "
+        "layout",
+        o.page_size);
+  }
+  KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
   KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
   KV_ASSIGN_OR_RETURN(r->generation_, load_whisper_generation_config(dir));
   KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));
   KV_ASSIGN_OR_RETURN(r->model_, WhisperModel::load(config, *weights, *r->platform_));
-  KV_ASSIGN_OR_RETURN(r->backend_,
-                      attention::create_attention_backend(o.attention_backend, *r->platform_));
+  KV_ASSIGN_OR_RETURN(r->backend_, attention::create_attention_backend(backend, *r->platform_));
 
   // A full row: the encoder region (page-aligned in the aligned layout) and every decoder
   // position; in whole pages, since the allocator hands out pages.
@@ -45,7 +60,7 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
                                .head_dim = config.decoder_head_dim(),
                                .size = tokens,
                                .page_size = o.page_size,
-                               .dtype = DType::kF32};
+                               .dtype = r->model_->dtype()};
   KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
   r->allocator_ = mem::make_allocator(tokens, o.page_size);
   r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(
@@ -59,7 +74,7 @@ int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
 }
 
 void WhisperRunner::forward(ForwardBatch& batch, std::vector<float>& logits,
-                            std::span<const float> encoder_hidden) {
+                            const void* encoder_hidden) {
   batch.req_to_token = req_to_token_.get();
   batch.kv_pool = kv_pool_.get();
   backend_->init_forward_metadata(batch);

@@ -2,7 +2,8 @@
 // of ModelRunner (which serves decoder-only models): platform, weights, a KV pool of
 // decoder_layers layers, the request-to-token table, the slot allocator, a ChunkCache (nothing
 // is shared between requests) and the attention backend, plus the encoder KV layout
-// (mem/encoder_layout.h) that decides where each row's decoder region starts.
+// (mem/encoder_layout.h) that decides where each row's decoder region starts. The KV pool holds
+// the model's compute dtype (f32 on the CPU, bf16 on CUDA).
 #pragma once
 
 #include <filesystem>
@@ -24,8 +25,11 @@
 namespace kvserve::model {
 
 struct WhisperRunnerOptions {
+  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N"
   int32_t page_size = 1;
-  std::string attention_backend = "cpu";
+  // Empty: the device's default for the layout: "cpu" on the CPU; on CUDA "cuda-paged" for the
+  // aligned layout (or page size 1), "cuda-ragged" for the ragged one.
+  std::string attention_backend;
   mem::EncoderKvLayout layout = mem::EncoderKvLayout::kAligned;
   int32_t max_running_requests = 8;
   // Slots in the pool; 0: every row filled (encoder + max_target_positions), page-aligned.
@@ -43,6 +47,7 @@ class WhisperRunner {
   const WhisperGenerationConfig& generation_config() const { return generation_; }
   const WhisperRunnerOptions& options() const { return options_; }
   WhisperModel& model() { return *model_; }
+  platform::Platform& platform() { return *platform_; }
   mem::MHATokenToKVPool& kv_pool() { return *kv_pool_; }
   mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
   mem::BaseTokenToKVPoolAllocator& allocator() { return *allocator_; }
@@ -52,9 +57,10 @@ class WhisperRunner {
   // Positions the encoder region of a row takes in this runner's layout.
   int32_t encoder_reserved_len(int32_t encoder_len) const;
 
-  // Attention metadata once, then the decoder (WhisperModel::forward).
+  // Attention metadata once, then the decoder (WhisperModel::forward; `encoder_hidden` is device
+  // memory of the model's dtype).
   void forward(ForwardBatch& batch, std::vector<float>& logits,
-               std::span<const float> encoder_hidden = {});
+               const void* encoder_hidden = nullptr);
 
  private:
   WhisperRunner() = default;

@@ -154,15 +154,16 @@ void TranscriptionServer::install_routes() {
     const TranscriptionStats st = service_.stats();
     const TranscriptionServiceOptions& o = service_.options();
     const model::WhisperConfig& c = service_.transcriber().runner().config();
+    const model::WhisperRunnerOptions& ro = service_.transcriber().runner().options();
     send_json(res,
               {{"version", kVersion},
                {"model_path", model_path_},
                {"served_model_name", model_name_},
                {"model_type", "whisper"},
-               {"device", "cpu"},
+               {"device", ro.device},
                {"encoder_layers", c.encoder_layers},
                {"decoder_layers", c.decoder_layers},
-               {"attention_backend", o.runner.attention_backend},
+               {"attention_backend", ro.attention_backend},
                {"encoder_kv_layout", std::string(mem::encoder_kv_layout_name(o.runner.layout))},
                {"page_size", o.runner.page_size},
                {"max_running_requests", o.runner.max_running_requests},

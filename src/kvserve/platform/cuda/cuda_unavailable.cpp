@@ -29,6 +29,10 @@ void paged_decode(const ops::PagedDecodeParams& /*params*/, StreamHandle /*strea
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
+void paged_prefill(const ops::PagedPrefillParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
 void embedding(const ops::EmbeddingParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
@@ -55,6 +59,35 @@ void gemm(const ops::GemmParams& /*params*/, StreamHandle /*stream*/) {
 
 void argmax_rows(const float* /*logits*/, int64_t /*rows*/, int64_t /*vocab*/, int32_t* /*out*/,
                  StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void layer_norm(const ops::LayerNormParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void gelu(const ops::GeluParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void conv1d(const ops::Conv1dParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void add_position_embedding(const ops::AddPositionEmbeddingParams& /*params*/,
+                            StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void dense_attention(const ops::DenseAttentionParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void gather_kv(const ops::GatherKvParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void varlen_attention(const ops::VarlenAttentionParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 

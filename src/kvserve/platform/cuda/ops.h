@@ -8,11 +8,16 @@
 #include "kvserve/platform/ops/kv_store_params.h"
 #include "kvserve/platform/ops/layer_ops_params.h"
 #include "kvserve/platform/ops/paged_decode_params.h"
+#include "kvserve/platform/ops/paged_prefill_params.h"
+#include "kvserve/platform/ops/varlen_attention_params.h"
+#include "kvserve/platform/ops/whisper_ops_params.h"
 
 namespace kvserve::platform::cuda {
 
 void store_kv(const ops::KvStoreParams& params, StreamHandle stream);
 void paged_decode(const ops::PagedDecodeParams& params, StreamHandle stream);
+// Tensor-core prefill / extend attention (paged_prefill.cu); params.variant is resolved.
+void paged_prefill(const ops::PagedPrefillParams& params, StreamHandle stream);
 // Streaming multiprocessors of the current device (for split decisions).
 int multiprocessor_count();
 
@@ -25,6 +30,19 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& params, StreamHandle stream);
 // Greedy sampling on the device: out[r] = argmax(logits[r, :vocab]) (lowest index on ties).
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                  StreamHandle stream);
+
+// Whisper's layer ops (whisper_ops.cu), f32 / f16 / bf16, f32 arithmetic. conv1d is an im2col
+// into params.workspace and a gemm (cuBLASLt) queued on the same stream.
+void layer_norm(const ops::LayerNormParams& params, StreamHandle stream);
+void gelu(const ops::GeluParams& params, StreamHandle stream);
+void conv1d(const ops::Conv1dParams& params, StreamHandle stream);
+void add_position_embedding(const ops::AddPositionEmbeddingParams& params, StreamHandle stream);
+void dense_attention(const ops::DenseAttentionParams& params, StreamHandle stream);
+
+// Attention over contiguous K/V (varlen_attention.cu): the K/V gather from the pool and the
+// variable-length kernel (causal or not).
+void gather_kv(const ops::GatherKvParams& params, StreamHandle stream);
+void varlen_attention(const ops::VarlenAttentionParams& params, StreamHandle stream);
 
 // cuBLASLt (gemm.cpp): bf16/f16/f32 inputs, f32 accumulation, one algorithm per shape.
 void gemm(const ops::GemmParams& params, StreamHandle stream);

@@ -2,7 +2,8 @@
 // fused residual add), exact GELU, Conv1d (the encoder's two convolutions), adding a position
 // embedding table, and dense non-causal attention (the encoder's self-attention, never cached).
 // One params struct each (whisper_ops_params.h); `dispatch` picks the platform's kernel at one
-// boundary. CPU only so far: another device is a CHECK failure.
+// boundary: the CPU kernels compute f32 (cpu/whisper_ops.cpp), the CUDA ones f32, f16 or bf16 with
+// f32 arithmetic (cuda/whisper_ops.cu; dense attention is varlen_attention's one-sequence case).
 #pragma once
 
 #include "kvserve/platform/ops/whisper_ops_params.h"

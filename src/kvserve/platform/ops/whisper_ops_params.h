@@ -38,11 +38,14 @@ struct GeluParams {
 // [in_channels, in_len] input (log-mel features) and a token-major [in_len, in_channels] one
 // (a previous conv's output) are read in place. The output is token-major [out_len, out_channels]
 // with out_len = (in_len + 2 * padding - kernel_size) / stride + 1.
+// Off the CPU the convolution is an im2col into `workspace` (workspace_elems() elements of
+// `dtype`, device memory) followed by a GEMM; the CPU kernel keeps its own buffer.
 struct Conv1dParams {
   const void* x = nullptr;
   const void* weight = nullptr;  // [out_channels, in_channels, kernel_size]
   const void* bias = nullptr;    // [out_channels] or null
   void* out = nullptr;           // [out_len, out_channels]
+  void* workspace = nullptr;     // [out_len, in_channels * kernel_size]; unused on the CPU
   DType dtype = DType::kF32;
   int64_t in_channels = 0;
   int64_t in_len = 0;
@@ -54,10 +57,12 @@ struct Conv1dParams {
   int32_t padding = 1;
 
   int64_t out_len() const { return (in_len + 2 * padding - kernel_size) / stride + 1; }
+  int64_t workspace_elems() const { return out_len() * in_channels * kernel_size; }
 };
 
 // x[t, :] += table[positions[t], :] (positions[t] = t when `positions` is null). Every position
-// must be in [0, num_positions).
+// must be in [0, num_positions) (device memory off the CPU; a CUDA kernel leaves the row of a
+// position outside the table unchanged instead of failing).
 struct AddPositionEmbeddingParams {
   void* x = nullptr;                   // [rows, cols] contiguous
   const void* table = nullptr;         // [num_positions, cols]
@@ -71,6 +76,7 @@ struct AddPositionEmbeddingParams {
 // Dense multi-head attention over one sequence, every query attending to every key
 // (non-causal, as Whisper's encoder): for head h, out_h = softmax(scaling * q_h k_h^T) v_h.
 // Head h of a row is columns [h * head_dim, (h + 1) * head_dim); rows have their own strides.
+// On CUDA this is the one-sequence case of ops::varlen_attention (head_dim 16, 32, 64 or 128).
 struct DenseAttentionParams {
   const void* q = nullptr;  // [num_q, num_heads * head_dim], row stride q_stride
   const void* k = nullptr;  // [num_kv, num_heads * head_dim], row stride k_stride

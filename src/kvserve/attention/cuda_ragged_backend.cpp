@@ -1,0 +1,187 @@
+// cuda-ragged: attention on a CUDA platform by gathering each request's K/V slots into contiguous
+// buffers, then one variable-length attention launch (seed 000's approach 2).
+//
+// It reads any row layout: token slots need no page alignment, so Whisper's ragged encoder layout
+// (the decoder region starts right after encoder_len slots, inside a page) works, as do the
+// aligned layout and decoder-only batches. Per layer: the layer's new K/V are stored at
+// out_cache_loc (encoder_out_cache_loc for cross-attention K/V computed in this forward), one
+// gather kernel copies the batch's slots (through req_to_token) of K and V into contiguous
+// [total_kv, kv_heads, head_dim] buffers, and varlen_attention runs causal over the decoder region
+// (query i of an extend of q_len tokens over kv_len positions sees kv_len - q_len + i + 1) or
+// non-causal over the encoder region. Empty KV (every encoder_len 0): zeros, no launch.
+//
+// init_forward_metadata builds the store slots, the gather lists and the cumulative query and key
+// lengths on the host once per forward and uploads them in one copy.
+#include <algorithm>
+
+#include "kvserve/attention/cuda_backends.h"
+#include "kvserve/mem/page_table.h"
+#include "kvserve/platform/ops/varlen_attention.h"
+
+namespace kvserve::attention {
+namespace {
+
+// Offsets (in int32 elements) of one kind of attention's metadata inside the device buffer.
+struct GatherSet {
+  int64_t slots = 0;  // [total_kv] pool slots, request-major
+  int64_t cu_kv = 0;  // [batch + 1]
+  int64_t total_kv = 0;
+};
+
+class CudaRaggedBackend final : public AttentionBackend {
+ public:
+  explicit CudaRaggedBackend(platform::Platform& p) : platform_(p) {}
+
+  std::string_view name() const override { return "cuda-ragged"; }
+
+  void init_forward_metadata(const model::ForwardBatch& batch) override {
+    host_.clear();
+    const int32_t bs = batch.batch_size();
+    const int32_t ps = batch.kv_pool->config().page_size;
+    loc_ = append(batch.out_cache_loc);
+    encoder_loc_ = append(batch.encoder_out_cache_loc);
+    cu_q_ = static_cast<int64_t>(host_.size());
+    host_.push_back(0);
+    max_q_len_ = 0;
+    for (int32_t b = 0; b < bs; ++b) {
+      host_.push_back(host_.back() + batch.extend_lens[b]);
+      max_q_len_ = std::max(max_q_len_, batch.extend_lens[b]);
+    }
+    KV_CHECK_EQ(host_.back(), batch.num_tokens(), "extend_lens must cover the batch's tokens");
+
+    std::vector<mem::KvRange> self(bs), cross(bs);
+    for (int32_t b = 0; b < bs; ++b) {
+      self[b] = {batch.req_pool_indices[b], batch.kv_start(b), batch.seq_lens[b]};
+      cross[b] = {batch.req_pool_indices[b], 0, batch.encoder_len(b)};
+    }
+    self_ = add_ranges(batch, self, ps);
+    cross_ = add_ranges(batch, cross, ps);
+
+    const size_t bytes = host_.size() * sizeof(int32_t);
+    if (bytes > device_meta_.bytes()) {
+      auto buf = platform_.allocate_buffer(std::max(bytes, device_meta_.bytes() * 2));
+      KV_CHECK(buf.is_ok(), "cuda-ragged metadata: {}", buf.status().to_string());
+      device_meta_ = std::move(*buf);
+    }
+    platform_.copy(device_meta_.data(), host_.data(), bytes, platform::CopyKind::kHostToDevice);
+  }
+
+  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                      const model::ForwardBatch& batch, bool save_kv) override {
+    run(io, layer, batch, save_kv);
+  }
+  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                      const model::ForwardBatch& batch, bool save_kv) override {
+    run(io, layer, batch, save_kv);
+  }
+
+ private:
+  int64_t append(const std::vector<int32_t>& v) {
+    const auto at = static_cast<int64_t>(host_.size());
+    host_.insert(host_.end(), v.begin(), v.end());
+    return at;
+  }
+
+  GatherSet add_ranges(const model::ForwardBatch& batch, const std::vector<mem::KvRange>& ranges,
+                       int32_t ps) {
+    mem::build_kv_indices(*batch.req_to_token, ranges, mem::IndexUnit::kToken, ps, indices_);
+    GatherSet g;
+    g.total_kv = indices_.total_kv();
+    g.slots = append(indices_.indices);
+    g.cu_kv = append(indices_.indptr);
+    return g;
+  }
+
+  // Grows `buf` to at least `bytes` (contents are not kept).
+  void reserve(Buffer& buf, size_t bytes, const char* what) {
+    if (bytes <= buf.bytes()) return;
+    buf = Buffer();
+    auto grown = platform_.allocate_buffer(bytes);
+    KV_CHECK(grown.is_ok(), "cuda-ragged {} buffer of {} bytes: {}", what, bytes,
+             grown.status().to_string());
+    buf = std::move(*grown);
+  }
+
+  void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
+           bool save_kv) {
+    mem::MHATokenToKVPool& pool = *batch.kv_pool;
+    const Device dev = platform_.device();
+    KV_CHECK(io.dtype == pool.config().dtype,
+             "cuda-ragged gathers the cache as it is: queries {} and KV cache {} must match",
+             dtype_name(io.dtype), dtype_name(pool.config().dtype));
+    auto* meta = device_meta_.data_as<int32_t>();
+    if (save_kv && io.k != nullptr) {
+      const bool cross = layer.is_cross_attention;
+      const auto n = static_cast<int64_t>(cross ? batch.encoder_out_cache_loc.size()
+                                                : batch.out_cache_loc.size());
+      if (n > 0) {
+        const TensorView loc(meta + (cross ? encoder_loc_ : loc_), DType::kI32, {n}, dev);
+        const TensorView k(const_cast<void*>(io.k), io.dtype,
+                           {n, layer.num_kv_heads, layer.head_dim}, dev);
+        const TensorView v(const_cast<void*>(io.v), io.dtype,
+                           {n, layer.num_kv_heads, layer.head_dim}, dev);
+        pool.set_kv_buffer(layer.layer_id, loc, k, v);
+      }
+    }
+    const GatherSet& g = layer.is_cross_attention ? cross_ : self_;
+    const int64_t q_width = static_cast<int64_t>(layer.num_heads) * layer.head_dim;
+    if (g.total_kv == 0) {
+      // The empty-KV guard: zeros, no kernel.
+      platform_.memset(io.out, 0, batch.num_tokens() * q_width * dtype_size(io.dtype));
+      return;
+    }
+    const int64_t kv_width = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+    const size_t bytes = g.total_kv * kv_width * dtype_size(io.dtype);
+    reserve(k_gathered_, bytes, "K");
+    reserve(v_gathered_, bytes, "V");
+    const TensorView kc = pool.k_buffer(layer.layer_id);
+    ops::gather_kv(platform_, {.k_cache = kc.data(),
+                               .v_cache = pool.v_buffer(layer.layer_id).data(),
+                               .slots = meta + g.slots,
+                               .k_out = k_gathered_.data(),
+                               .v_out = v_gathered_.data(),
+                               .dtype = io.dtype,
+                               .num_tokens = g.total_kv,
+                               .row_elems = kv_width,
+                               .num_slots = kc.dim(0)});
+    ops::varlen_attention(platform_, {.q = io.q,
+                                      .k = k_gathered_.data(),
+                                      .v = v_gathered_.data(),
+                                      .out = io.out,
+                                      .cu_q = meta + cu_q_,
+                                      .cu_kv = meta + g.cu_kv,
+                                      .dtype = io.dtype,
+                                      .num_seqs = batch.batch_size(),
+                                      .max_q_len = max_q_len_,
+                                      .q_stride = q_width,
+                                      .k_stride = kv_width,
+                                      .v_stride = kv_width,
+                                      .out_stride = q_width,
+                                      .num_heads = layer.num_heads,
+                                      .num_kv_heads = layer.num_kv_heads,
+                                      .head_dim = layer.head_dim,
+                                      .scaling = layer.scaling,
+                                      .causal = !layer.is_cross_attention});
+  }
+
+  platform::Platform& platform_;
+  std::vector<int32_t> host_;
+  mem::KvIndices indices_;
+  Buffer device_meta_;
+  Buffer k_gathered_;
+  Buffer v_gathered_;
+  int64_t loc_ = 0;
+  int64_t encoder_loc_ = 0;
+  int64_t cu_q_ = 0;
+  int32_t max_q_len_ = 0;
+  GatherSet self_;
+  GatherSet cross_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBackend> make_cuda_ragged_backend(platform::Platform& platform) {
+  return std::make_unique<CudaRaggedBackend>(platform);
+}
+
+}  // namespace kvserve::attention

@@ -1,0 +1,441 @@
+// cuda-paged prefill / extend attention on tensor cores (FlashAttention-2 style): one block per
+// (query tile, KV head) reads the request's K/V tiles in place through the page table.
+//
+// Rows of a query tile are (token, query head of the GQA group) pairs, packed token-major
+// (row = token * group + head within the group), so every K/V tile load serves the whole group.
+// Each warp owns 16 rows per m-tile (M_TILES m-tiles); a K/V tile is 64 positions.
+//   S = Q K^T and O += P V: mma.sync m16n8k16 bf16 with f32 accumulators, operands from
+//   XOR-swizzled shared memory through ldmatrix (V through ldmatrix.trans).
+//   Softmax: online, in registers, in the log2 domain (scores pre-multiplied by
+//   sm_scale * log2(e), ex2.approx); the row max and sum are shared by a lane quad.
+//   K/V tiles: cp.async into two shared-memory stages; tile j + 1 loads while tile j computes.
+//   Page size is a run-time shift and mask per key row (powers of two): the slot of a row costs
+//   one page-id load shared by the 8 or 16 lanes of that row, hidden behind the previous tile.
+// Grid: x walks the query tiles of all requests from the last (the longest causal rows) to the
+// first, y the KV heads. Request b owns tiles [start(b), start(b + 1)) with
+// start(b) = qo_indptr[b] * group / BLOCK_M + b: at least its ceil(q_len * group / BLOCK_M)
+// tiles with no host-built list (group-independent metadata); a spare tile exits at once.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kvserve/platform/cuda/cuda_check.h"
+#include "kvserve/platform/cuda/ops.h"
+
+namespace kvserve::platform::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kBlockN = 64;  // K/V positions per tile
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a (16x16, row-major) * b (16x8, column-major), bf16 in, f32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int HEAD_DIM, int WARPS, int M_TILES>
+struct Tile {
+  static constexpr int kThreads = WARPS * 32;
+  static constexpr int kRowsPerWarp = 16 * M_TILES;
+  static constexpr int kBlockM = WARPS * kRowsPerWarp;
+  static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
+  static constexpr int kKSteps = HEAD_DIM / 16;
+  static constexpr bool kQInRegs = M_TILES == 1;
+  static constexpr size_t kSmemBytes = size_t{kBlockM + 4 * kBlockN} * HEAD_DIM * 2;
+  // Element offset of (row, 16-byte chunk): the chunk index XOR row % 8 puts the 8 rows that one
+  // ldmatrix phase reads into 8 different bank groups.
+  static __device__ __forceinline__ int at(int row, int chunk) {
+    return row * HEAD_DIM + ((chunk ^ (row & 7)) << 3);
+  }
+};
+
+template <int HEAD_DIM, int WARPS, int M_TILES>
+__global__ void __launch_bounds__(WARPS * 32)
+    paged_prefill_kernel(const __grid_constant__ ops::PagedPrefillParams p, int page_shift,
+                         int num_tiles) {
+  using T = Tile<HEAD_DIM, WARPS, M_TILES>;
+  constexpr int kBlockM = T::kBlockM;
+  constexpr int kChunks = T::kChunks;
+  constexpr int kNT = kBlockN / 8;   // n8 tiles of S per m-tile
+  constexpr int kDT = HEAD_DIM / 8;  // n8 tiles of O per m-tile
+  extern __shared__ __align__(128) unsigned char smem[];
+  auto* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = sQ + kBlockM * HEAD_DIM;      // [2][kBlockN][HEAD_DIM]
+  __nv_bfloat16* sV = sK + 2 * kBlockN * HEAD_DIM;  // [2][kBlockN][HEAD_DIM]
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int kvh = blockIdx.y;
+  const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
+
+  // The request owning this tile: the last b with start(b) <= tile (start is increasing).
+  auto start = [&](int b) {
+    return static_cast<int>(static_cast<int64_t>(p.qo_indptr[b]) * group / kBlockM) + b;
+  };
+  int lo = 0, hi = p.batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start(mid) <= tile) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int b = lo;
+  const int q0 = p.qo_indptr[b];
+  const int q_len = p.qo_indptr[b + 1] - q0;
+  const int rows = q_len * group;
+  const int m0 = (tile - start(b)) * kBlockM;
+  if (m0 >= rows) return;  // a spare tile
+  const int kv_len = p.kv_lens[b];
+  // KV positions this tile needs ([0, kv_end)) and those every row sees ([0, kv_full)).
+  const int tok_first = m0 / group;
+  const int tok_last = min(rows - 1, m0 + kBlockM - 1) / group;
+  const int kv_end = p.causal ? max(0, min(kv_len, kv_len - q_len + tok_last + 1)) : kv_len;
+  const int kv_full = p.causal ? kv_len - q_len + tok_first + 1 : kv_len;
+  const int n_tiles = (kv_end + kBlockN - 1) / kBlockN;
+
+  const auto* qg = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* kg = static_cast<const __nv_bfloat16*>(p.k_cache);
+  const auto* vg = static_cast<const __nv_bfloat16*>(p.v_cache);
+  const int32_t* pages = p.page_ids + p.page_indptr[b];
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
+  const int page_mask = (1 << page_shift) - 1;
+
+  // Q tile -> shared (rows past the request's end are zeros).
+  for (int idx = tid; idx < kBlockM * kChunks; idx += T::kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const int m = m0 + r;
+    const bool valid = m < rows;
+    const int tok = valid ? m / group : 0;
+    const int h = kvh * group + (valid ? m - tok * group : 0);
+    const __nv_bfloat16* src =
+        qg + (static_cast<int64_t>(q0 + tok) * p.num_q_heads + h) * HEAD_DIM + c * 8;
+    cp_async16(smem_u32(sQ + T::at(r, c)), valid ? src : qg, valid);
+  }
+  auto load_kv = [&](int j, int stage) {
+    const int n0 = j * kBlockN;
+    __nv_bfloat16* dk = sK + stage * kBlockN * HEAD_DIM;
+    __nv_bfloat16* dv = sV + stage * kBlockN * HEAD_DIM;
+    for (int idx = tid; idx < kBlockN * kChunks; idx += T::kThreads) {
+      const int r = idx / kChunks;
+      const int c = idx % kChunks;
+      const int t = n0 + r;
+      const bool valid = t < kv_len;
+      int64_t off = 0;
+      if (valid) {
+        const int64_t slot =
+            (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
+        off = slot * kv_row + static_cast<int64_t>(kvh) * HEAD_DIM + c * 8;
+      }
+      cp_async16(smem_u32(dk + T::at(r, c)), kg + off, valid);
+      cp_async16(smem_u32(dv + T::at(r, c)), vg + off, valid);
+    }
+  };
+  if (n_tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  // Per thread: rows g and g + 8 of each m-tile (g = lane / 4); the last KV position each sees.
+  const int g = lane / 4;
+  const int quad = lane % 4;
+  const float scale = p.sm_scale * kLog2e;
+  int limit[M_TILES][2];
+  float m_run[M_TILES][2], l_run[M_TILES][2];
+  float o[M_TILES][kDT][4];
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = m0 + warp * T::kRowsPerWarp + mt * 16 + g + 8 * h;
+      limit[mt][h] = p.causal ? min(kv_len - 1, kv_len - q_len + m / group) : kv_len - 1;
+      m_run[mt][h] = -INFINITY;
+      l_run[mt][h] = 0.f;
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o[mt][dt][i] = 0.f;
+  }
+  uint32_t qf[T::kQInRegs ? T::kKSteps : 1][4];
+
+  // ldmatrix lane roles: lanes 8j..8j+7 address the rows of matrix j.
+  const int lm_j = lane / 8;
+  const int lm_r = lane % 8;
+  auto load_q_frag = [&](uint32_t(&a)[4], int mt, int kk) {
+    const int row = warp * T::kRowsPerWarp + mt * 16 + (lm_j & 1) * 8 + lm_r;
+    ldmatrix_x4(a, smem_u32(sQ + T::at(row, kk * 2 + (lm_j >> 1))));
+  };
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int stage = j & 1;
+    if (j + 1 < n_tiles) load_kv(j + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if constexpr (T::kQInRegs) {
+      if (j == 0) {
+#pragma unroll
+        for (int kk = 0; kk < T::kKSteps; ++kk)
+          load_q_frag(qf[kk], 0, kk);
+      }
+    }
+    const __nv_bfloat16* k_s = sK + stage * kBlockN * HEAD_DIM;
+    const __nv_bfloat16* v_s = sV + stage * kBlockN * HEAD_DIM;
+
+    // S = Q K^T.
+    float s[M_TILES][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          s[mt][nt][i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < T::kKSteps; ++kk) {
+      uint32_t a[M_TILES][4];
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        if constexpr (T::kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            a[mt][i] = qf[kk][i];
+        } else {
+          load_q_frag(a[mt], mt, kk);
+        }
+      }
+#pragma unroll
+      for (int nt2 = 0; nt2 < kNT / 2; ++nt2) {
+        uint32_t bk[4];
+        const int row = nt2 * 16 + (lm_j >> 1) * 8 + lm_r;
+        ldmatrix_x4(bk, smem_u32(k_s + T::at(row, kk * 2 + (lm_j & 1))));
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          mma_bf16(s[mt][2 * nt2], a[mt], bk[0], bk[1]);
+          mma_bf16(s[mt][2 * nt2 + 1], a[mt], bk[2], bk[3]);
+        }
+      }
+    }
+
+    // Mask the diagonal and the end of the KV (only tiles that reach past what all rows see).
+    const int n0 = j * kBlockN;
+    if (n0 + kBlockN > kv_full) {
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int key = n0 + nt * 8 + 2 * quad + (i & 1);
+            if (key > limit[mt][i >> 1]) s[mt][nt][i] = -INFINITY;
+          }
+    }
+
+    // Online softmax (log2 domain), then P as bf16 A fragments.
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mt][h], mx * scale);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that saw nothing yet
+        const float corr = fast_exp2(m_run[mt][h] - m_use);
+        m_run[mt][h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = fast_exp2(fmaf(s[mt][nt][2 * h + e], scale, -m_use));
+            s[mt][nt][2 * h + e] = pv;
+            sum += pv;
+          }
+        }
+        l_run[mt][h] = l_run[mt][h] * corr + sum;
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+          o[mt][dt][2 * h] *= corr;
+          o[mt][dt][2 * h + 1] *= corr;
+        }
+      }
+    }
+
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[M_TILES][4];
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dt2 = 0; dt2 < kDT / 2; ++dt2) {
+        uint32_t bv[4];
+        const int row = kk * 16 + (lm_j & 1) * 8 + lm_r;
+        ldmatrix_x4_trans(bv, smem_u32(v_s + T::at(row, dt2 * 2 + (lm_j >> 1))));
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          mma_bf16(o[mt][2 * dt2], a[mt], bv[0], bv[1]);
+          mma_bf16(o[mt][2 * dt2 + 1], a[mt], bv[2], bv[3]);
+        }
+      }
+    }
+    __syncthreads();  // this stage is reloaded by the next iteration's prefetch
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the Q tile (n_tiles == 0) landed; every warp is done with shared memory
+
+  // O / l -> bf16, staged through the Q tile for 16-byte stores.
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_run[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int row = warp * T::kRowsPerWarp + mt * 16 + g + 8 * h;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        *reinterpret_cast<uint32_t*>(sQ + T::at(row, dt) + 2 * quad) =
+            pack_bf16(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+      }
+    }
+  }
+  __syncthreads();
+  auto* og = static_cast<__nv_bfloat16*>(p.out);
+  for (int idx = tid; idx < kBlockM * kChunks; idx += T::kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const int m = m0 + r;
+    if (m >= rows) continue;
+    const int tok = m / group;
+    const int h = kvh * group + m - tok * group;
+    *reinterpret_cast<uint4*>(og + (static_cast<int64_t>(q0 + tok) * p.num_q_heads + h) * HEAD_DIM +
+                              c * 8) = *reinterpret_cast<const uint4*>(sQ + T::at(r, c));
+  }
+}
+
+template <int HEAD_DIM, int WARPS, int M_TILES>
+void launch(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t stream) {
+  using T = Tile<HEAD_DIM, WARPS, M_TILES>;
+  auto* kernel = paged_prefill_kernel<HEAD_DIM, WARPS, M_TILES>;
+  static const bool configured = [&] {
+    KV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(T::kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t tiles = static_cast<int64_t>(p.total_q) * group / T::kBlockM + p.batch;
+  if (tiles > 0x7fffffff) {
+    detail::check_failed(__FILE__, __LINE__, "paged prefill: too many query tiles", std::string(),
+                         std::to_string(tiles));
+  }
+  const dim3 grid(static_cast<unsigned>(tiles), p.num_kv_heads);
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, page_shift, static_cast<int>(tiles));
+  KV_CUDA_CHECK(cudaGetLastError());
+}
+
+[[noreturn]] void unsupported(const char* what, int value) {
+  detail::check_failed(__FILE__, __LINE__, what, std::string(), std::to_string(value));
+}
+
+// The one boundary where runtime values become template parameters.
+template <int HEAD_DIM>
+void dispatch_variant(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t s) {
+  switch (p.variant) {
+    case ops::PrefillVariant::kM64W4:
+      return launch<HEAD_DIM, 4, 1>(p, page_shift, s);
+    case ops::PrefillVariant::kM128W8:
+      return launch<HEAD_DIM, 8, 1>(p, page_shift, s);
+    case ops::PrefillVariant::kM128W4:
+      return launch<HEAD_DIM, 4, 2>(p, page_shift, s);
+    default:
+      unsupported("paged prefill: variant (resolve kAuto first)", static_cast<int>(p.variant));
+  }
+}
+
+}  // namespace
+
+void paged_prefill(const ops::PagedPrefillParams& p, StreamHandle stream) {
+  if (p.batch == 0 || p.total_q == 0) return;
+  if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 ||
+      p.num_q_heads / p.num_kv_heads > 8) {
+    unsupported("paged prefill: GQA group (num_q_heads / num_kv_heads, 1..8) of num_q_heads",
+                p.num_q_heads);
+  }
+  int page_shift = 0;
+  while ((1 << page_shift) < p.page_size)
+    ++page_shift;
+  if ((1 << page_shift) != p.page_size || page_shift > 7) {
+    unsupported("paged prefill: page size", p.page_size);
+  }
+  const auto s = static_cast<cudaStream_t>(stream.ptr);
+  switch (p.head_dim) {
+    case 64:
+      return dispatch_variant<64>(p, page_shift, s);
+    case 128:
+      return dispatch_variant<128>(p, page_shift, s);
+    default:
+      unsupported("paged prefill: head_dim", p.head_dim);
+  }
+}
+
+}  // namespace kvserve::platform::cuda
