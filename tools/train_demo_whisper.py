@@ -49,6 +49,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_demo_lm import held_out, read_cookies, write_png  # noqa: E402
+from wer import normalise, word_errors  # noqa: E402
 
 ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd",
            "en-029"]
@@ -226,21 +227,6 @@ def write_hf_files(out, tok, ids):
                    "no_timestamps_token_id": ids["<|notimestamps|>"], "is_multilingual": False,
                    "max_length": 128, "suppress_tokens": [],
                    "begin_suppress_tokens": [ids["<|endoftext|>"]]}, f, indent=2)
-
-
-def normalise(text):
-    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
-
-
-def word_errors(ref, hyp):
-    r, h = normalise(ref), normalise(hyp)
-    d = list(range(len(h) + 1))
-    for i in range(1, len(r) + 1):
-        prev, d[0] = d[0], i
-        for j in range(1, len(h) + 1):
-            cur = min(d[j] + 1, d[j - 1] + 1, prev + (r[i - 1] != h[j - 1]))
-            prev, d[j] = d[j], cur
-    return d[len(h)], len(r)
 
 
 def main():

@@ -6,6 +6,7 @@
 // without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -73,9 +74,9 @@ TEST_P(PagedPrefillTest, MatchesFloat64Reference) {
     }
     const auto r = bench::run_attention_bench(*cuda_, cfg);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-    // bf16 P in the P V product adds a few bf16 ulps at most on these magnitudes.
-    EXPECT_LE(r->max_abs_err, 1e-2) << "shape " << i << " seed " << cfg.seed << " kernel "
-                                    << r->variant << " ulp " << r->max_ulp_err;
+    // bf16 P in the P V product adds a few bf16 ulps at most. The bound is in ulps of the
+    // reference value: an absolute bound fails on outputs of magnitude 2-4, where one bf16 ulp is
+    // already 0.0156 (seen on the H200: 0.0103 abs = 2.3 ulp).
     EXPECT_LE(r->max_ulp_err, 8.0) << "shape " << i << " seed " << cfg.seed << " kernel "
                                    << r->variant << " abs " << r->max_abs_err;
   }
@@ -200,12 +201,20 @@ TEST(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
                  v = upload(n * kKvHeads * kDim);
     const std::vector<uint16_t> got = run(*with_prefill, batch, q, k, v);
     const std::vector<uint16_t> want = run(*per_token, batch, q, k, v);
-    double worst = 0;
+    // The two kernels sum in different orders, so bf16 outputs may differ by rounding: measure
+    // in bf16 ulps (2^(exponent - 7)) of the larger magnitude, at least 1.0 (the scale of V):
+    // outputs near zero come from cancellation and carry the absolute error of the inputs' scale
+    // (the H200 run saw 0.0156 at most = one ulp at magnitude 2-4, and 176 "ulps" near zero when
+    // the floor was 1e-3).
+    double worst_ulp = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      const double d = std::abs(double(bf16_to_float(got[i])) - bf16_to_float(want[i]));
-      worst = std::max(worst, std::isnan(d) ? INFINITY : d);
+      const double a = bf16_to_float(got[i]), b = bf16_to_float(want[i]);
+      const double mag = std::max({std::abs(a), std::abs(b), 1.0});
+      const double ulp = std::ldexp(1.0, std::ilogb(mag) - 7);
+      const double d = std::abs(a - b) / ulp;
+      worst_ulp = std::max(worst_ulp, std::isnan(d) ? INFINITY : d);
     }
-    EXPECT_LE(worst, 1e-2) << "page size " << ps;
+    EXPECT_LE(worst_ulp, 2.0) << "page size " << ps;
     for (auto& r : kv)
       mem::release_kv_cache(memory, r, {}, false);
   }

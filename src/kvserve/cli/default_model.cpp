@@ -11,27 +11,27 @@ namespace kvserve::cli {
 
 namespace fs = std::filesystem;
 
-std::vector<fs::path> demo_model_candidates() {
+std::vector<fs::path> demo_model_candidates(const DemoModel& demo) {
   std::vector<fs::path> out;
-  if (const char* env = std::getenv("KVSERVE_DEMO_MODEL"); env != nullptr && *env != '\0') {
+  if (const char* env = std::getenv(demo.env); env != nullptr && *env != '\0') {
     out.emplace_back(env);
   }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const fs::path dir = exe.parent_path();
-    out.push_back(dir.parent_path() / "models" / "demo-lm");
-    out.push_back(dir.parent_path() / "share" / "kvserve" / "models" / "demo-lm");
+    out.push_back(dir.parent_path() / "models" / demo.dir);
+    out.push_back(dir.parent_path() / "share" / "kvserve" / "models" / demo.dir);
   }
 #ifdef KVSERVE_SOURCE_MODELS_DIR
-  out.push_back(fs::path(KVSERVE_SOURCE_MODELS_DIR) / "demo-lm");
+  out.push_back(fs::path(KVSERVE_SOURCE_MODELS_DIR) / demo.dir);
 #endif
   return out;
 }
 
-bool resolve_model_path(std::string& model_path, const char* command) {
+bool resolve_model_path(std::string& model_path, const char* command, const DemoModel& demo) {
   if (!model_path.empty()) return true;
-  const std::vector<fs::path> candidates = demo_model_candidates();
+  const std::vector<fs::path> candidates = demo_model_candidates(demo);
   for (const fs::path& p : candidates) {
     std::error_code ec;
     if (fs::is_regular_file(p / "config.json", ec)) {
@@ -45,9 +45,8 @@ bool resolve_model_path(std::string& model_path, const char* command) {
     tried += fmt::format("\n  {}", p.string());
   fmt::print(stderr,
              "kvserve {}: no --model-path given and the demo model was not found; looked in:{}\n"
-             "Pass --model-path DIR (a Hugging Face checkpoint directory) or set "
-             "KVSERVE_DEMO_MODEL.\n",
-             command, tried);
+             "Pass --model-path DIR (a Hugging Face checkpoint directory) or set {}.\n",
+             command, tried, demo.env);
   return false;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kvserve/cli/commands.h"
+#include "kvserve/cli/default_model.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/model/whisper_transcriber.h"
@@ -56,10 +57,6 @@ int fail(const Status& s) {
 Status check_flags(const TranscribeOptions& o) {
   if (auto device = platform::parse_device(o.device); !device.is_ok()) {
     return invalid_argument("--device: {}", device.status().message());
-  }
-  if (o.model_path.empty()) {
-    return invalid_argument(
-        "--model-path is required (a Whisper checkpoint directory; no speech model ships yet)");
   }
   if (o.files.empty()) return invalid_argument("give at least one audio FILE to transcribe");
   if (o.max_new_tokens < 0) {
@@ -133,8 +130,9 @@ Result<size_t> run_batch(model::WhisperTranscriber& t, const TranscribeOptions& 
   return generated;
 }
 
-int run_transcribe(const TranscribeOptions& o) {
+int run_transcribe(TranscribeOptions o) {
   if (Status s = check_flags(o); !s.is_ok()) return fail(s);
+  if (!resolve_model_path(o.model_path, "transcribe", kDemoWhisper)) return 2;
   auto loaded = load(o);
   if (!loaded.is_ok()) return fail(loaded.status());
   model::WhisperTranscriber& t = **loaded;
@@ -187,7 +185,8 @@ Command add_transcribe_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "transcribe", "Transcribe audio files (WAV, FLAC, OGG; up to 30 s each) with Whisper");
   cmd->add_option("FILE", o->files, "Audio files; each is one line of output");
-  cmd->add_option("--model-path", o->model_path, "Whisper checkpoint directory (required)");
+  cmd->add_option("--model-path", o->model_path,
+                  "Whisper checkpoint directory (default: the shipped demo-whisper)");
   cmd->add_option("--language", o->language, "Language code (multilingual models)")
       ->capture_default_str();
   cmd->add_option("--task", o->task, "transcribe or translate")

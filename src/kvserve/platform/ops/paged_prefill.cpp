@@ -40,7 +40,12 @@ PrefillVariant choose_prefill_variant(PrefillVariant requested, int32_t total_q,
   }();
   if (from_env != PrefillVariant::kAuto) return from_env;
   const int64_t mean_rows = static_cast<int64_t>(total_q) * group / std::max(batch, 1);
-  return mean_rows < 128 ? PrefillVariant::kM64W4 : PrefillVariant::kM128W8;
+  if (mean_rows < 128) return PrefillVariant::kM64W4;
+  // H200, head_dim 128, page 16 (docs/perf/2026-12-01-prefill-and-whisper-cuda.md): with GQA
+  // group 4 (32/8 heads) the 128-row tile on 4 warps was the fastest at 1 x 8192, 8 x 1024 and
+  // 64 x 1024 (278 / 195 / 215 TFLOP/s against 252 / 182 / 190 for 8 warps); without GQA the
+  // 8-warp tile won at 1 x 8192 and the results were mixed elsewhere.
+  return group >= 4 ? PrefillVariant::kM128W4 : PrefillVariant::kM128W8;
 }
 
 void paged_prefill(platform::Platform& platform, const PagedPrefillParams& params,
@@ -52,7 +57,7 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
   PagedPrefillParams p = params;
   p.variant = choose_prefill_variant(params.variant, params.total_q, params.batch,
                                      params.num_q_heads / params.num_kv_heads);
-  platform::cuda::paged_prefill(p, stream);
+  platform::cuda::paged_prefill(p, platform.resolve(stream));
 }
 
 namespace reference {
