@@ -42,12 +42,12 @@ def synthesise(espeak, item, path):
         return w.getframerate(), np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
 
 
-def kvserve_tokens(binary, model, wavs, device):
+def kvserve_tokens(binary, model, wavs, device, flags=()):
     t0 = time.time()
     run = subprocess.run([binary, "transcribe", "--model-path", model, "--device", device,
                           "--response-format", "verbose_json", "--log-level", "warn",
-                          "--max-new-tokens", str(MAX_NEW), "--max-running-requests", "32", *wavs],
-                         capture_output=True, text=True)
+                          "--max-new-tokens", str(MAX_NEW), "--max-running-requests", "32",
+                          *flags, *wavs], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"kvserve --device {device} failed ({run.returncode}): {run.stderr[-2000:]}")
     out = {}
@@ -66,6 +66,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--devices", nargs="+", default=["cpu", "cuda"])
     ap.add_argument("--fixtures", type=int, default=2, help="clips per kind kept as fixtures")
+    ap.add_argument("--layouts", action="store_true",
+                    help="also run kvserve on cuda for every encoder-KV layout x page size x "
+                         "backend and compare the tokens with the default configuration's")
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "fixtures"), exist_ok=True)
     items = json.load(open(os.path.join(a.model, "eval.json")))["clips"]
@@ -129,6 +132,21 @@ def main():
                   f"transformers {100 * k['transformers_wer']:.2f} %", flush=True)
         print(f"{device}: kvserve transcribe {seconds:.1f} s", flush=True)
         report["devices"][device] = summary
+    if a.layouts and "cuda" in a.devices:
+        base, _ = kvserve_tokens(a.kvserve, a.model, wavs, "cuda")
+        report["cuda_configurations"] = {}
+        for layout in ("aligned", "ragged"):
+            for page in (1, 16, 64, 128):
+                for backend in ("", "cuda-ragged"):
+                    flags = ["--encoder-kv-layout", layout, "--page-size", str(page)]
+                    if backend:
+                        flags += ["--attention-backend", backend]
+                    got, seconds = kvserve_tokens(a.kvserve, a.model, wavs, "cuda", flags)
+                    same = sum(got[p][0] == base[p][0] for p in wavs)
+                    name = " ".join(flags)
+                    report["cuda_configurations"][name] = {"identical": same, "seconds": seconds}
+                    print(f"cuda {name}: {same}/{len(wavs)} token sequences identical to the "
+                          f"default configuration's ({seconds:.1f} s)", flush=True)
     # Fixtures: short clips that every runtime transcribes exactly.
     kept = {"sentence": 0, "number": 0}
     fixtures = []

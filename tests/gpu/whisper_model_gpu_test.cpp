@@ -21,45 +21,34 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <random>
-#include <regex>
 #include <span>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "kvserve/audio/audio_file.h"
-#include "kvserve/audio/log_mel.h"
-#include "kvserve/audio/resample.h"
-#include "kvserve/model/make_model.h"
-#include "kvserve/model/safetensors_writer.h"
-#include "kvserve/model/whisper_checkpoint_layout.h"
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/platform/platform.h"
+#include "support/whisper_test_util.h"
 
 namespace kvserve::model {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::audio_features;
+using testing::make_whisper_checkpoint;
+using testing::make_whisper_runner;
+using testing::random_features;
+using testing::redraw_whisper_weights;
+using testing::rel_l2;
+using testing::synthetic_features;
+using testing::use_one_attention_head;
 
 constexpr double kRelL2 = 0.03;    // encoder output and logits, bf16 against f32
 constexpr double kNearTie = 0.05;  // logit gap (nats) always allowed to flip
 
 bool have_cuda() {
   return platform::create_platform(Device{DeviceKind::kCuda, 0}).is_ok();
-}
-
-double rel_l2(const std::vector<float>& ref, const std::vector<float>& got) {
-  KV_CHECK_EQ(ref.size(), got.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(got[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 fs::path fixtures_dir() {
@@ -72,91 +61,34 @@ fs::path fixtures_dir() {
   return {};
 }
 
-// The features tools/whisper_oracle.py calls "synthetic" (tests/unit/whisper_model_test.cpp).
-std::vector<float> synthetic_features(int32_t mels, int32_t frames) {
-  std::vector<float> f(static_cast<size_t>(mels) * frames);
-  for (int32_t m = 0; m < mels; ++m) {
-    for (int32_t t = 0; t < frames; ++t) {
-      const double v =
-          0.6 * std::sin(0.013 * t * (m + 1) + 0.7 * m) + 0.2 * std::cos(0.031 * t) - 0.1;
-      f[static_cast<size_t>(m) * frames + t] = static_cast<float>(v);
-    }
-  }
-  return f;
-}
-
 // Log-mel features of the committed clips (empty when the fixtures are not found).
 std::vector<std::vector<float>> speech_features() {
   std::vector<std::vector<float>> out;
   const fs::path dir = fixtures_dir();
   if (dir.empty()) return out;
-  auto mel = audio::LogMelExtractor::create(audio::LogMelConfig{});
-  KV_CHECK(mel.is_ok(), "{}", mel.status().to_string());
   for (const char* name : {"hello_16k.wav", "spoons_16k.wav", "testing_16k.wav"}) {
-    auto clip = audio::decode_audio_file(dir / "audio" / name, 30.0);
-    KV_CHECK(clip.is_ok(), "{}", clip.status().to_string());
-    auto resampled = audio::resample_clip(std::move(clip).value());
-    KV_CHECK(resampled.is_ok(), "{}", resampled.status().to_string());
-    out.push_back(mel->compute(resampled->samples));
+    auto features = audio_features(dir / "audio" / name, audio::LogMelConfig{});
+    KV_CHECK(features.is_ok(), "{}", features.status().to_string());
+    out.push_back(std::move(features).value());
   }
   return out;
 }
 
-// A checkpoint of `preset`; with `spread` > 0 its weights are redrawn N(0, spread) (layer-norm
-// weights 1 + N(0, spread)) so that attention is far from uniform and greedy choices are clear.
-// With `one_head`, config.json's attention heads become 1 (head_dim = d_model; weight shapes do
-// not depend on the head count).
+// A checkpoint of `preset`; with `spread` > 0 its weights are redrawn (redraw_whisper_weights,
+// seed 7) so that greedy choices are clear; with `one_head`, config.json's attention heads
+// become 1.
 void make_checkpoint(const std::string& preset, const fs::path& dir, float spread,
                      bool one_head = false) {
-  MakeModelOptions o;
-  o.preset = preset;
-  o.output = dir;
-  o.dtype = DType::kF32;
-  o.force = true;
-  auto made = make_model(o);
-  KV_CHECK(made.is_ok(), "{}", made.status().to_string());
+  const Status made = make_whisper_checkpoint(preset, dir);
+  KV_CHECK(made.is_ok(), "{}", made.to_string());
   if (one_head) {
-    std::ifstream in(dir / "config.json");
-    std::stringstream text;
-    text << in.rdbuf();
-    in.close();
-    const std::regex heads(R"re(("(en|de)coder_attention_heads": )\d+)re");
-    const std::string patched = std::regex_replace(text.str(), heads, "$011");
-    KV_CHECK(patched != text.str(), "no attention heads in {}/config.json", dir.string());
-    std::ofstream(dir / "config.json") << patched;
+    const Status patched = use_one_attention_head(dir);
+    KV_CHECK(patched.is_ok(), "{}", patched.to_string());
   }
   if (spread <= 0) return;
-  auto config = load_whisper_config(dir);
-  KV_CHECK(config.is_ok(), "{}", config.status().to_string());
   std::mt19937_64 rng(7);
-  std::vector<TensorSpec> specs;
-  for (const CheckpointTensor& t : whisper_checkpoint_tensors(*config, DType::kF32))
-    specs.push_back(t.spec);
-  const Status written = write_safetensors_streaming(
-      dir / "model.safetensors", specs, {{"format", "pt"}},
-      [&](const TensorSpec& spec, ByteSink& out) -> Status {
-        std::normal_distribution<float> d(0.0f, spread);
-        const bool norm_weight = spec.name.find("layer_norm.weight") != std::string::npos;
-        std::vector<float> v(*shape_numel(spec.shape));
-        for (float& x : v)
-          x = (norm_weight ? 1.0f : 0.0f) + d(rng);
-        return out.write(v.data(), v.size() * sizeof(float));
-      });
+  const Status written = redraw_whisper_weights(dir, spread, rng);
   KV_CHECK(written.is_ok(), "{}", written.to_string());
-}
-
-std::unique_ptr<WhisperRunner> make_runner(const fs::path& dir, const std::string& device,
-                                           int32_t page_size, mem::EncoderKvLayout layout,
-                                           const std::string& backend = "") {
-  WhisperRunnerOptions o;
-  o.device = device;
-  o.page_size = page_size;
-  o.layout = layout;
-  o.attention_backend = backend;
-  o.max_running_requests = 4;
-  auto r = WhisperRunner::create(dir, o);
-  KV_CHECK(r.is_ok(), "{}: {}", dir.string(), r.status().to_string());
-  return std::move(r).value();
 }
 
 // Whether the GPU's greedy tokens are the CPU's, allowing a bf16 near-tie flip (see the top).
@@ -188,7 +120,7 @@ bool expect_same_greedy(const WhisperGenerateResult& cpu, const WhisperGenerateR
   return false;
 }
 
-class WhisperGpuTest : public testing::Test {
+class WhisperGpuTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!have_cuda()) return;
@@ -216,11 +148,7 @@ class WhisperGpuTest : public testing::Test {
     std::vector<std::vector<float>> f = *speech_;
     f.push_back(synthetic_features(c.num_mel_bins, c.input_frames()));
     std::mt19937_64 rng(11);
-    std::normal_distribution<float> d(0.0f, 0.5f);
-    std::vector<float> noise(static_cast<size_t>(c.num_mel_bins) * c.input_frames());
-    for (float& x : noise)
-      x = d(rng);
-    f.push_back(std::move(noise));
+    f.push_back(random_features(rng, c.num_mel_bins, c.input_frames()));
     return f;
   }
 
@@ -234,8 +162,10 @@ TEST_F(WhisperGpuTest, EncoderAndFirstLogitsMatchCpu) {
     // whisper-test's head_dim 16 is for cuda-ragged only (the ragged layout's default).
     const bool paged = std::string(name) == "tiny";
     const auto layout = paged ? mem::EncoderKvLayout::kAligned : mem::EncoderKvLayout::kRagged;
-    auto cpu = make_runner(dir, "cpu", 1, mem::EncoderKvLayout::kAligned);
-    auto gpu = make_runner(dir, "cuda", 16, layout);
+    auto cpu = make_whisper_runner(dir, 1, mem::EncoderKvLayout::kAligned);
+    auto gpu = make_whisper_runner(dir, 16, layout, "", "cuda");
+    ASSERT_NE(cpu, nullptr);
+    ASSERT_NE(gpu, nullptr);
     EXPECT_EQ(gpu->model().dtype(), DType::kBF16);
     EXPECT_EQ(gpu->kv_pool().config().dtype, DType::kBF16);
     EXPECT_EQ(gpu->options().attention_backend, paged ? "cuda-paged" : "cuda-ragged");
@@ -264,7 +194,8 @@ TEST_F(WhisperGpuTest, EncoderAndFirstLogitsMatchCpu) {
 
 TEST_F(WhisperGpuTest, GreedyTokensEqualTheCpusAcrossLayoutsAndPageSizes) {
   const fs::path dir = *root_ / "test64";
-  auto cpu = make_runner(dir, "cpu", 1, mem::EncoderKvLayout::kAligned, "cpu");
+  auto cpu = make_whisper_runner(dir, 1, mem::EncoderKvLayout::kAligned, "cpu");
+  ASSERT_NE(cpu, nullptr);
   const std::vector<std::vector<float>> features = all_features(cpu->config());
   std::vector<WhisperRequest> reqs;
   for (const std::vector<float>& f : features)
@@ -292,7 +223,8 @@ TEST_F(WhisperGpuTest, GreedyTokensEqualTheCpusAcrossLayoutsAndPageSizes) {
       const std::string what = fmt::format("{} page {} {}", mem::encoder_kv_layout_name(cfg.layout),
                                            ps, cfg.backend.empty() ? "default" : cfg.backend);
       SCOPED_TRACE(what);
-      auto gpu = make_runner(dir, "cuda", ps, cfg.layout, cfg.backend);
+      auto gpu = make_whisper_runner(dir, ps, cfg.layout, cfg.backend, "cuda");
+      ASSERT_NE(gpu, nullptr);
       if (cfg.backend.empty()) {
         const bool paged = cfg.layout == mem::EncoderKvLayout::kAligned || ps == 1;
         EXPECT_EQ(gpu->options().attention_backend, paged ? "cuda-paged" : "cuda-ragged");
@@ -318,7 +250,8 @@ TEST_F(WhisperGpuTest, GreedyTokensEqualTheCpusAcrossLayoutsAndPageSizes) {
 TEST_F(WhisperGpuTest, BatchedEqualsOneAtATime) {
   const fs::path dir = *root_ / "test64";
   for (const auto layout : {mem::EncoderKvLayout::kAligned, mem::EncoderKvLayout::kRagged}) {
-    auto gpu = make_runner(dir, "cuda", 16, layout);
+    auto gpu = make_whisper_runner(dir, 16, layout, "", "cuda");
+    ASSERT_NE(gpu, nullptr);
     const WhisperConfig& c = gpu->config();
     const std::vector<std::vector<float>> f = all_features(c);
     const std::vector<WhisperRequest> reqs = {
@@ -342,7 +275,8 @@ TEST_F(WhisperGpuTest, TextOnlyRequestsNeverReadThePoolForCrossAttention) {
   for (const auto layout : {mem::EncoderKvLayout::kAligned, mem::EncoderKvLayout::kRagged}) {
     for (const int32_t ps : {1, 64}) {
       SCOPED_TRACE(fmt::format("page {} {}", ps, mem::encoder_kv_layout_name(layout)));
-      auto gpu = make_runner(dir, "cuda", ps, layout);
+      auto gpu = make_whisper_runner(dir, ps, layout, "", "cuda");
+      ASSERT_NE(gpu, nullptr);
       // 0xFFFF is a bf16 NaN: a read of any slot this request did not write shows in the logits.
       for (int32_t l = 0; l < gpu->config().decoder_layers; ++l) {
         for (const TensorView& buf : {gpu->kv_pool().k_buffer(l), gpu->kv_pool().v_buffer(l)})

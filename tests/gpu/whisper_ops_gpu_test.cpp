@@ -1,9 +1,10 @@
 // The CUDA Whisper ops (platform/cuda/whisper_ops.cu) and varlen attention / K/V gather
 // (platform/cuda/varlen_attention.cu) on odd sizes, in f32 and bf16: LayerNorm (with and without
 // the fused residual, strided input), GELU, Conv1d (channel-major and token-major input, stride 1
-// and 2), the position-embedding add (with and without positions) and dense attention against the
-// CPU ops on the same rounded inputs; varlen attention (causal and not, GQA, empty sequences)
-// against a float64 host reference; the gather exactly. Skips itself without a CUDA device.
+// and 2), the position-embedding add (with and without positions) and the encoder's attention
+// (varlen, one sequence over packed q|k|v rows) against the CPU ops on the same rounded inputs;
+// varlen attention (causal and not, GQA, empty sequences) against a float64 host reference; the
+// gather exactly. Skips itself without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,20 +18,13 @@
 #include "kvserve/platform/ops/varlen_attention.h"
 #include "kvserve/platform/ops/whisper_ops.h"
 #include "kvserve/platform/platform.h"
+#include "support/whisper_test_util.h"
 
 namespace kvserve {
 namespace {
 
-double rel_l2(const std::vector<float>& ref, const std::vector<float>& got) {
-  KV_CHECK_EQ(ref.size(), got.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(got[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using model::testing::rel_l2;
+using model::testing::varlen_attention_reference;
 
 class WhisperOpsGpuTest : public testing::TestWithParam<DType> {
  protected:
@@ -207,7 +201,7 @@ TEST_P(WhisperOpsGpuTest, Conv1dChannelMajorAndTokenMajor) {
   }
 }
 
-TEST_P(WhisperOpsGpuTest, DenseAttentionOnPackedQkv) {
+TEST_P(WhisperOpsGpuTest, OneSequenceAttentionOnPackedQkvMatchesCpu) {
   struct Case {
     int64_t num_q, num_kv;
     int32_t heads, head_dim;
@@ -222,19 +216,24 @@ TEST_P(WhisperOpsGpuTest, DenseAttentionOnPackedQkv) {
     std::vector<float> qkv;
     Tensor dqkv = random(qkv, rows * stride, 1.5f);
     std::vector<float> out(c.num_q * width);
-    ops::DenseAttentionParams p{.q = qkv.data(),
-                                .k = qkv.data() + width,
-                                .v = qkv.data() + 2 * width,
-                                .out = out.data(),
-                                .num_q = c.num_q,
-                                .num_kv = c.num_kv,
-                                .q_stride = stride,
-                                .k_stride = stride,
-                                .v_stride = stride,
-                                .num_heads = c.heads,
-                                .head_dim = c.head_dim,
-                                .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    ops::cpu::dense_attention(p);
+    ops::VarlenAttentionParams p{.q = qkv.data(),
+                                 .k = qkv.data() + width,
+                                 .v = qkv.data() + 2 * width,
+                                 .out = out.data(),
+                                 .dtype = DType::kF32,
+                                 .num_seqs = 1,
+                                 .max_q_len = static_cast<int32_t>(c.num_q),
+                                 .num_q = c.num_q,
+                                 .num_kv = c.num_kv,
+                                 .q_stride = stride,
+                                 .k_stride = stride,
+                                 .v_stride = stride,
+                                 .out_stride = width,
+                                 .num_heads = c.heads,
+                                 .num_kv_heads = c.heads,
+                                 .head_dim = c.head_dim,
+                                 .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    ops::cpu::varlen_attention(p);
     Tensor dout = empty(c.num_q * width);
     const size_t es = dtype_size(dt());
     p.q = dqkv.data();
@@ -242,51 +241,9 @@ TEST_P(WhisperOpsGpuTest, DenseAttentionOnPackedQkv) {
     p.v = dqkv.data_as<uint8_t>() + 2 * width * es;
     p.out = dout.data();
     p.dtype = dt();
-    ops::dense_attention(*gpu_, p);
+    ops::varlen_attention(*gpu_, p);
     EXPECT_LT(rel_l2(out, download(dout.data(), c.num_q * width)), tol());
   }
-}
-
-// Float64 varlen attention on the host, the definition in varlen_attention_params.h.
-std::vector<float> varlen_reference(const std::vector<float>& q, const std::vector<float>& k,
-                                    const std::vector<float>& v, const std::vector<int32_t>& cu_q,
-                                    const std::vector<int32_t>& cu_kv, int heads, int kv_heads,
-                                    int dim, float scaling, bool causal) {
-  std::vector<float> out(q.size(), 0.0f);
-  for (size_t s = 0; s + 1 < cu_q.size(); ++s) {
-    const int64_t q_len = cu_q[s + 1] - cu_q[s];
-    const int64_t kv_len = cu_kv[s + 1] - cu_kv[s];
-    for (int64_t i = 0; i < q_len; ++i) {
-      const int64_t seen = causal ? std::clamp<int64_t>(kv_len - q_len + i + 1, 0, kv_len) : kv_len;
-      for (int h = 0; h < heads; ++h) {
-        const int g = h / (heads / kv_heads);
-        const float* qr = q.data() + ((cu_q[s] + i) * heads + h) * dim;
-        std::vector<double> sc(seen);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < seen; ++j) {
-          const float* kr = k.data() + ((cu_kv[s] + j) * kv_heads + g) * dim;
-          double dot = 0;
-          for (int d = 0; d < dim; ++d)
-            dot += double(qr[d]) * kr[d];
-          sc[j] = dot * scaling;
-          mx = std::max(mx, sc[j]);
-        }
-        double sum = 0;
-        for (double& x : sc) {
-          x = std::exp(x - mx);
-          sum += x;
-        }
-        float* o = out.data() + ((cu_q[s] + i) * heads + h) * dim;
-        for (int d = 0; d < dim; ++d) {
-          double acc = 0;
-          for (int64_t j = 0; j < seen; ++j)
-            acc += sc[j] * v[((cu_kv[s] + j) * kv_heads + g) * dim + d];
-          o[d] = seen > 0 ? static_cast<float>(acc / sum) : 0.0f;
-        }
-      }
-    }
-  }
-  return out;
 }
 
 TEST_P(WhisperOpsGpuTest, VarlenAttentionCausalAndNotWithGqaAndEmptySequences) {
@@ -333,7 +290,7 @@ TEST_P(WhisperOpsGpuTest, VarlenAttentionCausalAndNotWithGqaAndEmptySequences) {
                                       .scaling = scaling,
                                       .causal = causal});
         const std::vector<float> want =
-            varlen_reference(q, k, v, cu_q, cu_kv, heads, kv_heads, dim, scaling, causal);
+            varlen_attention_reference(q, k, v, cu_q, cu_kv, heads, kv_heads, dim, scaling, causal);
         const std::vector<float> got = download(dout.data(), q.size());
         EXPECT_LT(rel_l2(want, got), tol());
         // The text-only sequence (kv_len 0) is exactly zero.

@@ -7,12 +7,9 @@
 #include <sstream>
 #include <vector>
 
-#include "kvserve/audio/audio_file.h"
-#include "kvserve/audio/log_mel.h"
-#include "kvserve/audio/resample.h"
 #include "kvserve/model/whisper_generate.h"
-#include "kvserve/tokenizer/tokenizer.h"
 #include "run_kvserve.h"
+#include "support/whisper_test_util.h"
 #include "unit/model_test_util.h"
 
 namespace kvserve {
@@ -212,32 +209,13 @@ TEST_F(CliTranscribe, SameTokensAndTextAsTheLibrary) {
   ASSERT_EQ(out.size(), 1u) << r.output;
   const auto j = nlohmann::json::parse(out[0]);
 
-  auto clip_or = audio::decode_audio_file(file, 30.0);
-  ASSERT_TRUE(clip_or.is_ok()) << clip_or.status().to_string();
-  EXPECT_DOUBLE_EQ(j["duration"].get<double>(), clip_or->seconds());
-  auto at16k = audio::resample_clip(std::move(clip_or).value());
-  ASSERT_TRUE(at16k.is_ok()) << at16k.status().to_string();
-  auto mel_config =
-      audio::parse_preprocessor_config(dir_->path() / "whisper" / "preprocessor_config.json");
-  ASSERT_TRUE(mel_config.is_ok()) << mel_config.status().to_string();
-  auto mel = audio::LogMelExtractor::create(*mel_config);
-  ASSERT_TRUE(mel.is_ok()) << mel.status().to_string();
-  auto runner = model::WhisperRunner::create(model(), model::WhisperRunnerOptions{});
-  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-  const std::vector<model::WhisperRequest> requests = {{mel->compute(at16k->samples), {}}};
   model::WhisperGenerateOptions options;
   options.max_new_tokens = 12;
-  auto results = model::whisper_greedy_generate(**runner, requests, options);
-  ASSERT_TRUE(results.is_ok()) << results.status().to_string();
-  const std::vector<int32_t>& tokens = (*results)[0].tokens;
-  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), tokens);
-
-  auto tok = tokenizer::Tokenizer::from_directory(model());
-  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-  std::string text = (*tok)->decode(tokens, /*skip_special_tokens=*/true);
-  text.erase(0, text.find_first_not_of(" \t\r\n"));
-  text.erase(text.find_last_not_of(" \t\r\n") + 1);
-  EXPECT_EQ(j["text"], text);
+  const auto want = model::testing::transcribe_with_library(model(), file, options);
+  ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+  EXPECT_DOUBLE_EQ(j["duration"].get<double>(), want->seconds);
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), want->tokens);
+  EXPECT_EQ(j["text"], want->text);
 }
 
 // Batching, the encoder KV layout and the page size change where the KV cache lives, not what

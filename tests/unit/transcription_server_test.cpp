@@ -8,19 +8,14 @@
 
 #include <cstring>
 #include <future>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "kvserve/audio/audio_file.h"
-#include "kvserve/audio/log_mel.h"
-#include "kvserve/audio/log_mel_config.h"
-#include "kvserve/audio/resample.h"
-#include "kvserve/model/make_model.h"
-#include "kvserve/model/whisper_generate.h"
-#include "kvserve/model/whisper_runner.h"
 #include "kvserve/server/transcription_server.h"
 #include "kvserve/server/transcription_service.h"
-#include "kvserve/tokenizer/tokenizer.h"
+#include "support/whisper_test_util.h"
 #include "unit/model_test_util.h"
 
 namespace kvserve {
@@ -32,13 +27,11 @@ using model::testing::TempDir;
 const std::filesystem::path& whisper_model() {
   static TempDir dir;
   static const std::filesystem::path path = [] {
-    model::MakeModelOptions o;
-    o.preset = "whisper-test";
-    o.output = dir.path() / "whisper-test";
-    o.seed = 5;
-    const auto r = model::make_model(o);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return o.output;
+    const std::filesystem::path out = dir.path() / "whisper-test";
+    const Status made =
+        model::testing::make_whisper_checkpoint("whisper-test", out, DType::kBF16, /*seed=*/5);
+    EXPECT_TRUE(made.is_ok()) << made.to_string();
+    return out;
   }();
   return path;
 }
@@ -59,28 +52,10 @@ struct Expected {
 };
 
 Expected expected_for(const std::string& name) {
-  Expected e;
-  auto clip = audio::decode_audio_file(clip_path(name), 30.0);
-  EXPECT_TRUE(clip.is_ok()) << clip.status().to_string();
-  e.seconds = clip->seconds();
-  auto at16k = audio::resample_clip(std::move(clip).value());
-  EXPECT_TRUE(at16k.is_ok());
-  auto mel_config = audio::parse_preprocessor_config(whisper_model() / "preprocessor_config.json");
-  EXPECT_TRUE(mel_config.is_ok());
-  auto mel = audio::LogMelExtractor::create(*mel_config);
-  EXPECT_TRUE(mel.is_ok());
-  auto runner = model::WhisperRunner::create(whisper_model(), model::WhisperRunnerOptions{});
-  EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
-  const std::vector<model::WhisperRequest> requests = {{mel->compute(at16k->samples), {}}};
-  auto results = model::whisper_greedy_generate(**runner, requests, {});
-  EXPECT_TRUE(results.is_ok()) << results.status().to_string();
-  e.tokens = (*results)[0].tokens;
-  auto tok = tokenizer::Tokenizer::from_directory(whisper_model());
-  EXPECT_TRUE(tok.is_ok());
-  e.text = (*tok)->decode(e.tokens, /*skip_special_tokens=*/true);
-  e.text.erase(0, e.text.find_first_not_of(" \t\r\n"));
-  e.text.erase(e.text.find_last_not_of(" \t\r\n") + 1);
-  return e;
+  auto t = model::testing::transcribe_with_library(whisper_model(), clip_path(name));
+  EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+  if (!t.is_ok()) return {};
+  return {t->text, t->tokens, t->seconds};
 }
 
 const Expected& expected(const std::string& name) {

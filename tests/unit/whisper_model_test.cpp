@@ -22,58 +22,30 @@
 #include "kvserve/model/whisper_tokenizer.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "model_test_util.h"
+#include "support/whisper_test_util.h"
 #include "whisper_reference.h"
 
 namespace kvserve::model {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::make_whisper_checkpoint;
+using testing::make_whisper_runner;
 using testing::max_rel_diff;
+using testing::synthetic_features;
 using testing::TempDir;
 using testing::Vec;
 using testing::WhisperReference;
 
 constexpr double kTolerance = 1e-4;  // relative to max(1, max |reference|)
 
-MakeModelOptions whisper_options(const std::string& preset, const fs::path& out) {
-  MakeModelOptions o;
-  o.preset = preset;
-  o.output = out;
-  o.dtype = DType::kF32;
-  o.force = true;
-  o.threads = 2;
-  return o;
-}
-
-// The synthetic log-mel features tools/whisper_oracle.py also writes: a float64 formula cast to
-// f32, in [-0.9, 0.7].
-std::vector<float> synthetic_features(int32_t mels, int32_t frames) {
-  std::vector<float> f(static_cast<size_t>(mels) * frames);
-  for (int32_t m = 0; m < mels; ++m) {
-    for (int32_t t = 0; t < frames; ++t) {
-      const double v =
-          0.6 * std::sin(0.013 * t * (m + 1) + 0.7 * m) + 0.2 * std::cos(0.031 * t) - 0.1;
-      f[static_cast<size_t>(m) * frames + t] = static_cast<float>(v);
-    }
-  }
-  return f;
-}
-
-std::vector<float> random_features(std::mt19937_64& rng, int32_t mels, int32_t frames) {
-  std::normal_distribution<float> d(0.0f, 0.5f);
-  std::vector<float> f(static_cast<size_t>(mels) * frames);
-  for (float& x : f)
-    x = d(rng);
-  return f;
-}
-
 // ---------------------------------------------------------------------------------------------
 // make-model
 
 TEST(WhisperMakeModel, TestPresetWritesALoadableCheckpoint) {
   TempDir tmp;
-  const Result<MakeModelReport> r = make_model(whisper_options("whisper-test", tmp.path()));
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const Status made = make_whisper_checkpoint("whisper-test", tmp.path());
+  ASSERT_TRUE(made.is_ok()) << made.to_string();
   for (const char* f : {"config.json", "generation_config.json", "preprocessor_config.json",
                         "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
     EXPECT_TRUE(fs::is_regular_file(tmp / f)) << f;
@@ -171,32 +143,20 @@ class WhisperModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    const Result<MakeModelReport> r = make_model(whisper_options("whisper-test", dir_->path()));
-    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    const Status made = make_whisper_checkpoint("whisper-test", dir_->path());
+    ASSERT_TRUE(made.is_ok()) << made.to_string();
     config_ = new WhisperConfig(*load_whisper_config(dir_->path()));
     seed_ = std::random_device{}();
     std::printf("WhisperModelTest seed %llu\n", static_cast<unsigned long long>(seed_));
     std::mt19937_64 rng(seed_);
-    std::vector<TensorSpec> specs;
-    for (const CheckpointTensor& t : whisper_checkpoint_tensors(*config_, DType::kF32))
-      specs.push_back(t.spec);
-    const Status written = write_safetensors_streaming(
-        dir_->path() / "model.safetensors", specs, {{"format", "pt"}},
-        [&rng](const TensorSpec& spec, ByteSink& out) -> Status {
-          std::normal_distribution<float> d(0.0f, 0.2f);
-          const bool norm_weight = spec.name.find("layer_norm.weight") != std::string::npos;
-          std::vector<float> v(*shape_numel(spec.shape));
-          for (float& x : v)
-            x = (norm_weight ? 1.0f : 0.0f) + d(rng);
-          return out.write(v.data(), v.size() * sizeof(float));
-        });
+    const Status written = testing::redraw_whisper_weights(dir_->path(), 0.2f, rng);
     ASSERT_TRUE(written.is_ok()) << written.to_string();
     auto opened = WeightStore::open(dir_->path());
     ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
     store_ = opened->release();
     reference_ = new WhisperReference(*config_, *store_);
     features_a_ = new std::vector<float>(
-        random_features(rng, config_->num_mel_bins, config_->input_frames()));
+        testing::random_features(rng, config_->num_mel_bins, config_->input_frames()));
     features_b_ =
         new std::vector<float>(synthetic_features(config_->num_mel_bins, config_->input_frames()));
     encoder_a_ = new Vec(reference_->encode(*features_a_));
@@ -216,14 +176,7 @@ class WhisperModelTest : public ::testing::Test {
 
   static std::unique_ptr<WhisperRunner> runner(int32_t page_size, mem::EncoderKvLayout layout,
                                                const std::string& backend = "cpu") {
-    WhisperRunnerOptions o;
-    o.page_size = page_size;
-    o.layout = layout;
-    o.attention_backend = backend;
-    o.max_running_requests = 4;
-    auto r = WhisperRunner::create(dir_->path(), o);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return r.is_ok() ? std::move(*r) : nullptr;
+    return make_whisper_runner(dir_->path(), page_size, layout, backend);
   }
 
   static std::vector<int32_t> prompt() { return {50258, 50259, 50359, 50363}; }
@@ -375,6 +328,58 @@ TEST_F(WhisperModelTest, PromptWithoutRoomIsAnError) {
   EXPECT_EQ(r->allocator().available_size(), r->allocator().size());
 }
 
+// A checkpoint without one tensor, or with one of the wrong shape (a tensor of its own, or a
+// part of the encoder's stacked q/k/v), does not load: the status names the tensor, and for a
+// shape the file and both shapes.
+TEST(WhisperModelLoad, ErrorsNameTheTensorAndTheFile) {
+  TempDir tmp;
+  ASSERT_TRUE(make_whisper_checkpoint("whisper-test", tmp.path()).is_ok());
+  const WhisperConfig c = *load_whisper_config(tmp.path());
+  struct Case {
+    std::string tensor;
+    std::vector<int64_t> shape;  // empty: the tensor is left out
+    StatusCode code;
+    std::string message;
+  };
+  const std::string k0 = "model.encoder.layers.0.self_attn.k_proj.weight";
+  const std::string fc1 = "model.decoder.layers.1.fc1.weight";
+  const std::string v_bias = "model.decoder.layers.1.encoder_attn.v_proj.bias";
+  const std::string norm = "model.encoder.layer_norm.bias";
+  for (const Case& k : {Case{v_bias, {}, StatusCode::kNotFound, "'" + v_bias + "'"},
+                        Case{norm, {}, StatusCode::kNotFound, "'" + norm + "'"},
+                        Case{k0,
+                             {64, 63},
+                             StatusCode::kInvalidArgument,
+                             "tensor " + k0 + " has shape [64, 63], expected [64, 64]"},
+                        Case{fc1,
+                             {255, 64},
+                             StatusCode::kInvalidArgument,
+                             "tensor " + fc1 + " has shape [255, 64], expected [256, 64]"}}) {
+    SCOPED_TRACE(k.tensor);
+    std::vector<TensorSpec> specs;
+    for (const CheckpointTensor& t : whisper_checkpoint_tensors(c, DType::kF32)) {
+      if (t.spec.name != k.tensor) {
+        specs.push_back(t.spec);
+      } else if (!k.shape.empty()) {
+        specs.push_back({t.spec.name, t.spec.dtype, k.shape});
+      }
+    }
+    const Status written =
+        write_safetensors_streaming(tmp / "model.safetensors", specs, {{"format", "pt"}},
+                                    [](const TensorSpec& spec, ByteSink& out) -> Status {
+                                      const std::vector<float> zeros(*shape_numel(spec.shape));
+                                      return out.write(zeros.data(), zeros.size() * sizeof(float));
+                                    });
+    ASSERT_TRUE(written.is_ok()) << written.to_string();
+    const auto r = WhisperRunner::create(tmp.path(), {});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), k.code) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(k.message), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("model.safetensors"), std::string::npos)
+        << r.status().message();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // transformers fixtures (tools/whisper_oracle.py): tests/fixtures/whisper/<name>/fixture.json
 
@@ -398,10 +403,11 @@ TEST(WhisperOracle, MatchesTransformersFixtures) {
     if (ck.contains("path")) {
       model_dir = dir / ck.at("path").get<std::string>();
     } else {
-      MakeModelOptions o = whisper_options(ck.at("preset").get<std::string>(), tmp.path());
-      o.seed = ck.at("seed").get<uint64_t>();
-      ASSERT_TRUE(parse_dtype(ck.at("dtype").get<std::string>(), &o.dtype));
-      ASSERT_TRUE(make_model(o).is_ok());
+      DType dtype = DType::kF32;
+      ASSERT_TRUE(parse_dtype(ck.at("dtype").get<std::string>(), &dtype));
+      ASSERT_TRUE(make_whisper_checkpoint(ck.at("preset").get<std::string>(), tmp.path(), dtype,
+                                          ck.at("seed").get<uint64_t>())
+                      .is_ok());
       model_dir = tmp.path();
     }
     auto runner = WhisperRunner::create(model_dir, {});

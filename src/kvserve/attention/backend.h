@@ -2,8 +2,9 @@
 //
 // A backend is created once per model runner and selected by name (--attention-backend).
 // init_forward_metadata runs once per forward and builds what every layer reads (page tables,
-// CSR indices, cu_seqlens); forward_extend / forward_decode run per layer. Every backend stores
-// the layer's new K/V into the pool at out_cache_loc first, then attends over the request's row:
+// CSR indices, cu_seqlens, split decisions); forward_extend / forward_decode run per layer. Every
+// backend stores the layer's new K/V into the pool at out_cache_loc first, then attends over the
+// request's row:
 //   extend: the token at position p of request b attends to positions [0, p] (causal);
 //   decode: the single token attends to [0, seq_len);
 //   cross-attention (encoder-decoder): every token attends to all encoder positions.
@@ -15,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvserve/core/check.h"
 #include "kvserve/core/status.h"
 #include "kvserve/model/forward_batch.h"
 #include "kvserve/platform/platform.h"
@@ -41,12 +43,46 @@ struct AttentionIO {
   DType dtype = DType::kF32;
 };
 
+// What a backend sizes its decode-graph state for (AttentionBackend::init_decode_graph_state).
+struct DecodeGraphShape {
+  int32_t max_bs = 0;      // the largest captured batch
+  int32_t max_kv_len = 0;  // positions one request can have (row width, at most the pool)
+  int32_t page_size = 1;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   virtual std::string_view name() const = 0;
 
   virtual void init_forward_metadata(const model::ForwardBatch& batch) = 0;
+
+  // Decode graphs (SGLang's init_cuda_graph_state / init_forward_metadata_capture_cuda_graph /
+  // ..._replay_cuda_graph, sglang-notes §6.1). A backend that has them plans a decode batch
+  // already padded to a captured size (pad entries: row 0, seq_len 1, slot 0) into a caller's
+  // fixed buffer, at offsets that depend only on the batch size, with split decisions fixed per
+  // batch size; so one capture per size replays any batch of that size once the caller has copied
+  // the plan to the device. The plan of a batch is the one init_forward_metadata makes for it:
+  // eager and graph forwards of the same padded batch run the same kernels on the same metadata.
+  virtual bool supports_decode_graphs() const { return false; }
+  // Allocates once what graph forwards use besides the plan (a split-KV workspace for the worst
+  // batch size) and returns how many int32 the plan of a batch of shape.max_bs takes at most.
+  virtual Result<int64_t> init_decode_graph_state(const DecodeGraphShape& /*shape*/) {
+    return make_status(StatusCode::kUnimplemented, "attention backend {} has no decode graphs",
+                       name());
+  }
+  // Builds the plan of `batch` (decode, no encoder) into host[0, n) and returns n <= capacity;
+  // until the next init_forward_metadata*, forward_decode reads it at `device`, which must hold
+  // those n integers by the time its kernels run. Host work only.
+  virtual int64_t init_forward_metadata_decode_graph(const model::ForwardBatch& /*batch*/,
+                                                     int32_t* /*host*/, int64_t /*capacity*/,
+                                                     const int32_t* /*device*/) {
+    KV_CHECK(false, "attention backend {} has no decode graphs", name());
+    return 0;
+  }
   virtual void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
                               const model::ForwardBatch& batch, bool save_kv = true) = 0;
   virtual void forward_decode(const AttentionIO& io, const AttentionLayer& layer,

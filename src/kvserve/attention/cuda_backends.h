@@ -16,6 +16,10 @@ struct CudaPagedOptions {
   // false: every extend token is a query of the decode kernel (the path before paged prefill;
   // tests compare the two).
   bool prefill_kernel = true;
+  // Decode attention on tensor cores (ops::paged_decode_tc: the GQA group read once per K/V
+  // tile) where it applies (head_dim 64 or 128, groups 1..8, power-of-two pages); false, or
+  // KVSERVE_DECODE_TC=0 in the environment: the CUDA-core decode kernel (ops::paged_decode).
+  bool decode_tc = true;
 };
 
 std::unique_ptr<AttentionBackend> make_cuda_paged_backend(platform::Platform& platform,

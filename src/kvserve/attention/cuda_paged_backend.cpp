@@ -4,20 +4,33 @@
 // (platform/cuda/paged_prefill.cu): request b's new tokens are rows [qo_indptr[b],
 // qo_indptr[b + 1]) and the token at decoder position p sees p + 1 positions (causal; the cached
 // prefix included); cross-attention runs it with causal = false over the encoder region.
-// Decode batches (and extends of one token per request) run the paged decode kernel
-// (platform/cuda/paged_decode.cu), every query token one "query" over its request's shared page
-// list up to its visible length: decode seq_len, extend p + 1, cross the encoder region.
+// Decode batches (and extends of one token per request) run a paged decode kernel, every query
+// token one "query" over its request's shared page list up to its visible length: decode
+// seq_len, extend p + 1, cross the encoder region. The tensor-core one (ops::paged_decode_tc,
+// platform/cuda/paged_prefill.cu: 85-104 % of the byte roofline at batch >= 64 on the H200)
+// where it applies, else the CUDA-core one (platform/cuda/paged_decode.cu; CudaPagedOptions::
+// decode_tc = false or KVSERVE_DECODE_TC=0 choose it everywhere). Both take the same params
+// and workspace layout, so the plan and the metadata do not depend on the choice.
 // CudaPagedOptions::prefill_kernel = false keeps the decode kernel for extends too (tests compare
 // the two paths).
 //
 // init_forward_metadata builds the page lists, per-request qo_indptr / kv_lens (prefill) or
 // per-query starts and lengths (decode) and the store slots on the host once per forward and
-// uploads them in one copy; every layer reuses them.
+// uploads them in one copy; every layer reuses them, and the split-KV plan made at the first layer.
+// A decode batch's integers are laid out [slots B | starts B | lengths B | page ids], so their
+// offsets depend only on the batch size: decode graphs stage the same plan into a caller's fixed
+// buffer (init_forward_metadata_decode_graph) and split for the longest possible request, which
+// cuts every request as the eager plan does (per-request splits, ops/paged_decode.h).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+#include <tuple>
 
 #include "kvserve/attention/cuda_backends.h"
+#include "kvserve/attention/device_metadata.h"
 #include "kvserve/mem/page_table.h"
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/ops/paged_prefill.h"
@@ -25,7 +38,7 @@
 namespace kvserve::attention {
 namespace {
 
-// Offsets (in int32 elements) of one forward's metadata inside the device buffer.
+// Offsets (in int32 elements) of one forward's metadata inside its device copy.
 struct QuerySet {
   int64_t page_ids = 0;  // the requests' page lists, concatenated
   int64_t starts = 0;    // [num_queries] where each query's page list begins
@@ -43,17 +56,74 @@ struct QuerySet {
 class CudaPagedBackend final : public AttentionBackend {
  public:
   CudaPagedBackend(platform::Platform& p, CudaPagedOptions options)
-      : platform_(p), options_(options), num_sms_(ops::num_compute_units(p)) {}
+      : platform_(p),
+        options_(options),
+        num_sms_(ops::num_compute_units(p)),
+        meta_(p, "cuda-paged") {}
 
   std::string_view name() const override { return "cuda-paged"; }
 
   void init_forward_metadata(const model::ForwardBatch& batch) override {
-    host_.clear();
+    build(batch);
+    graph_ = false;
+    meta_.upload();
+  }
+
+  bool supports_decode_graphs() const override { return true; }
+
+  Result<int64_t> init_decode_graph_state(const DecodeGraphShape& shape) override {
+    if (shape.max_bs < 1 || shape.max_kv_len < 1 || shape.page_size < 1) {
+      return invalid_argument("cuda-paged decode graphs: batch {}, {} positions, page size {}",
+                              shape.max_bs, shape.max_kv_len, shape.page_size);
+    }
+    graph_max_kv_len_ = shape.max_kv_len;
+    // The split workspace for the batch size that needs the most (smaller batches split more).
+    size_t floats = 0;
+    for (int32_t bs = 1; bs <= shape.max_bs; ++bs) {
+      floats = std::max(floats, plan(bs, shape.num_q_heads, shape.num_kv_heads, shape.head_dim,
+                                     shape.page_size, shape.max_kv_len)
+                                    .workspace_floats);
+    }
+    graph_workspace_ = Buffer();
+    if (floats > 0) {
+      KV_ASSIGN_OR_RETURN(graph_workspace_, platform_.allocate_buffer(floats * sizeof(float)));
+    }
+    const int64_t pages = (int64_t{shape.max_kv_len} + shape.page_size - 1) / shape.page_size;
+    return int64_t{shape.max_bs} * (3 + pages);
+  }
+
+  int64_t init_forward_metadata_decode_graph(const model::ForwardBatch& batch, int32_t* host,
+                                             int64_t capacity, const int32_t* device) override {
+    KV_CHECK(batch.is_decode() && batch.num_tokens() == batch.batch_size(),
+             "a decode graph runs decode batches");
+    KV_CHECK(batch.encoder_lens.empty() && batch.self_kv_start.empty() &&
+                 batch.encoder_out_cache_loc.empty(),
+             "decode graphs have no encoder-decoder batches");
+    KV_CHECK_GT(graph_max_kv_len_, 0, "init_decode_graph_state first");
+    build(batch);
+    graph_ = true;
+    return meta_.stage(host, capacity, device);
+  }
+
+  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                      const model::ForwardBatch& batch, bool save_kv) override {
+    run(io, layer, batch, save_kv);
+  }
+  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                      const model::ForwardBatch& batch, bool save_kv) override {
+    run(io, layer, batch, save_kv);
+  }
+
+ private:
+  // The forward's integers on the host, and what each layer's launch reads of them.
+  void build(const model::ForwardBatch& batch) {
+    meta_.clear();
+    plan_.reset();
     const int32_t bs = batch.batch_size();
     const int32_t ps = batch.kv_pool->config().page_size;
     // Store slots first: decoder tokens, then encoder tokens computed in this forward.
-    loc_ = append(batch.out_cache_loc);
-    encoder_loc_ = append(batch.encoder_out_cache_loc);
+    loc_ = meta_.append(batch.out_cache_loc);
+    encoder_loc_ = meta_.append(batch.encoder_out_cache_loc);
 
     std::vector<mem::KvRange> self(bs), cross(bs);
     bool any_cross = false;
@@ -66,8 +136,8 @@ class CudaPagedBackend final : public AttentionBackend {
     const bool prefill =
         options_.prefill_kernel && !batch.is_decode() && batch.num_tokens() > batch.batch_size();
     if (prefill) {
-      qo_indptr_ = append(batch.extend_start_loc);
-      host_.push_back(batch.num_tokens());
+      qo_indptr_ = meta_.append(batch.extend_start_loc);
+      meta_.host().push_back(batch.num_tokens());
       for (int32_t b = 0; b < bs; ++b) {
         // The kernel's causal rule (query i sees seq_len - extend_len + i + 1 positions) is the
         // decoder position's p + 1.
@@ -84,30 +154,6 @@ class CudaPagedBackend final : public AttentionBackend {
     };
     self_ = add(self, /*causal=*/true);
     cross_ = any_cross || !batch.encoder_lens.empty() ? add(cross, false) : QuerySet{};
-
-    const size_t bytes = host_.size() * sizeof(int32_t);
-    if (bytes > device_meta_.bytes()) {
-      auto buf = platform_.allocate_buffer(std::max(bytes, device_meta_.bytes() * 2));
-      KV_CHECK(buf.is_ok(), "cuda-paged metadata: {}", buf.status().to_string());
-      device_meta_ = std::move(*buf);
-    }
-    platform_.copy(device_meta_.data(), host_.data(), bytes, platform::CopyKind::kHostToDevice);
-  }
-
-  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
-  }
-  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
-  }
-
- private:
-  int64_t append(const std::vector<int32_t>& v) {
-    const auto at = static_cast<int64_t>(host_.size());
-    host_.insert(host_.end(), v.begin(), v.end());
-    return at;
   }
 
   // Prefill kernel metadata: each request's page list, indptr and KV length.
@@ -118,9 +164,9 @@ class CudaPagedBackend final : public AttentionBackend {
     q.prefill = true;
     q.total_kv = indices_.total_kv();
     q.num_queries = batch.num_tokens();
-    q.page_ids = append(indices_.indices);
-    q.page_indptr = append(indices_.indptr);
-    q.kv_lens = append(indices_.kv_lens);
+    q.page_ids = meta_.append(indices_.indices);
+    q.page_indptr = meta_.append(indices_.indptr);
+    q.kv_lens = meta_.append(indices_.kv_lens);
     for (const int32_t len : indices_.kv_lens)
       q.max_len = std::max(q.max_len, len);
     return q;
@@ -131,12 +177,13 @@ class CudaPagedBackend final : public AttentionBackend {
     mem::build_kv_indices(*batch.req_to_token, ranges, mem::IndexUnit::kPage, ps, indices_);
     QuerySet q;
     q.total_kv = indices_.total_kv();
-    q.page_ids = append(indices_.indices);
     const int32_t n = batch.num_tokens();
     q.num_queries = n;
-    q.starts = static_cast<int64_t>(host_.size());
-    host_.resize(host_.size() + 2 * static_cast<size_t>(n));
+    // Starts and lengths before the page ids: fixed offsets for a given number of queries.
+    q.starts = meta_.append_zeros(2 * static_cast<int64_t>(n));
     q.lens = q.starts + n;
+    q.page_ids = meta_.append(indices_.indices);
+    std::vector<int32_t>& host = meta_.host();
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
       for (int32_t i = 0; i < batch.extend_lens[b]; ++i) {
         const int32_t t = batch.extend_start_loc[b] + i;
@@ -144,8 +191,8 @@ class CudaPagedBackend final : public AttentionBackend {
         const int32_t visible = causal ? batch.positions[t] + 1 : ranges[b].len;
         KV_CHECK(visible <= ranges[b].len, "token {} sees {} of {} positions", t, visible,
                  ranges[b].len);
-        host_[q.starts + t] = indices_.indptr[b];
-        host_[q.lens + t] = visible;
+        host[q.starts + t] = indices_.indptr[b];
+        host[q.lens + t] = visible;
         q.max_len = std::max(q.max_len, visible);
       }
     }
@@ -155,23 +202,12 @@ class CudaPagedBackend final : public AttentionBackend {
   void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
            bool save_kv) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
-    const Device dev = platform_.device();
     KV_CHECK(io.dtype == DType::kBF16 && pool.config().dtype == DType::kBF16,
              "cuda-paged reads bf16 queries and a bf16 KV cache (got {} / {})",
              dtype_name(io.dtype), dtype_name(pool.config().dtype));
-    auto* meta = device_meta_.data_as<int32_t>();
-    if (save_kv && io.k != nullptr) {
-      const bool cross = layer.is_cross_attention;
-      const auto n = static_cast<int64_t>(cross ? batch.encoder_out_cache_loc.size()
-                                                : batch.out_cache_loc.size());
-      if (n > 0) {
-        const TensorView loc(meta + (cross ? encoder_loc_ : loc_), DType::kI32, {n}, dev);
-        const TensorView k(const_cast<void*>(io.k), io.dtype,
-                           {n, layer.num_kv_heads, layer.head_dim}, dev);
-        const TensorView v(const_cast<void*>(io.v), io.dtype,
-                           {n, layer.num_kv_heads, layer.head_dim}, dev);
-        pool.set_kv_buffer(layer.layer_id, loc, k, v);
-      }
+    const int32_t* meta = meta_.device();
+    if (save_kv) {
+      store_kv_from_device(platform_, io, layer, batch, meta + loc_, meta + encoder_loc_);
     }
     const QuerySet& qs = layer.is_cross_attention ? cross_ : self_;
     const size_t out_bytes = static_cast<size_t>(batch.num_tokens()) * layer.num_heads *
@@ -203,14 +239,16 @@ class CudaPagedBackend final : public AttentionBackend {
       ops::paged_prefill(platform_, p);
       return;
     }
-    const ops::PagedDecodePlan plan = ops::plan_paged_decode(
-        qs.num_queries, layer.num_heads, layer.num_kv_heads, layer.head_dim, qs.max_len, num_sms_);
-    if (plan.workspace_floats * sizeof(float) > workspace_.bytes()) {
+    const ops::PagedDecodePlan& plan = decode_plan(qs, layer, pool.config().page_size);
+    Buffer& workspace = graph_ ? graph_workspace_ : workspace_;
+    if (plan.workspace_floats * sizeof(float) > workspace.bytes()) {
+      KV_CHECK(!graph_, "cuda-paged: a decode graph needs {} split floats, {} preallocated",
+               plan.workspace_floats, workspace.bytes() / sizeof(float));
       auto buf = platform_.allocate_buffer(plan.workspace_floats * sizeof(float));
       KV_CHECK(buf.is_ok(), "cuda-paged split workspace: {}", buf.status().to_string());
-      workspace_ = std::move(*buf);
+      workspace = std::move(*buf);
     }
-    auto* ws = workspace_.data_as<float>();
+    auto* ws = workspace.data_as<float>();
     const size_t partial = plan.workspace_floats / (static_cast<size_t>(layer.head_dim) + 1) *
                            static_cast<size_t>(layer.head_dim);
     ops::PagedDecodeParams p{
@@ -230,18 +268,66 @@ class CudaPagedBackend final : public AttentionBackend {
         .page_size = pool.config().page_size,
         .num_splits = plan.num_splits,
         .tokens_per_split = plan.tokens_per_split,
+        .min_tokens_per_split = plan.min_tokens_per_split,
         .sm_scale = layer.scaling,
     };
-    ops::paged_decode(platform_, p);
+    if (use_tc(layer.num_heads, layer.num_kv_heads, layer.head_dim, p.page_size)) {
+      ops::paged_decode_tc(platform_, p);
+    } else {
+      ops::paged_decode(platform_, p);
+    }
   }
+
+  // Whether decode runs on the tensor-core kernel (CudaPagedOptions::decode_tc).
+  bool use_tc(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, int32_t page_size) const {
+    static const bool disabled_by_env = [] {
+      const char* v = std::getenv("KVSERVE_DECODE_TC");
+      return v != nullptr && std::string_view(v) == "0";
+    }();
+    return options_.decode_tc && !disabled_by_env && (head_dim == 64 || head_dim == 128) &&
+           num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads / num_kv_heads <= 8 &&
+           (page_size & (page_size - 1)) == 0 && page_size <= 128;
+  }
+
+  // The split plan of the kernel that will run.
+  ops::PagedDecodePlan plan(int32_t batch, int32_t num_heads, int32_t num_kv_heads,
+                            int32_t head_dim, int32_t page_size, int32_t max_len) const {
+    return use_tc(num_heads, num_kv_heads, head_dim, page_size)
+               ? ops::plan_paged_decode_tc(batch, num_heads, num_kv_heads, head_dim, max_len,
+                                           num_sms_)
+               : ops::plan_paged_decode(batch, num_heads, num_kv_heads, head_dim, max_len,
+                                        num_sms_);
+  }
+
+  // The split-KV plan, made at the first layer and reused by the others (cross-attention, whose
+  // lengths differ, plans for itself). A decode graph plans for the longest possible request:
+  // with per-request splits every request is cut as in the eager plan of the same batch.
+  const ops::PagedDecodePlan& decode_plan(const QuerySet& qs, const AttentionLayer& layer,
+                                          int32_t page_size) {
+    const PlanKey key{layer.is_cross_attention, layer.num_heads, layer.num_kv_heads,
+                      layer.head_dim};
+    if (!plan_.has_value() || plan_key_ != key) {
+      const int32_t max_len = graph_ ? graph_max_kv_len_ : qs.max_len;
+      plan_ = plan(qs.num_queries, layer.num_heads, layer.num_kv_heads, layer.head_dim, page_size,
+                   max_len);
+      plan_key_ = key;
+    }
+    return *plan_;
+  }
+
+  using PlanKey = std::tuple<bool, int32_t, int32_t, int32_t>;
 
   platform::Platform& platform_;
   CudaPagedOptions options_;
   int32_t num_sms_ = 1;
-  std::vector<int32_t> host_;
+  DeviceMetadata meta_;
   mem::KvIndices indices_;
-  Buffer device_meta_;
-  Buffer workspace_;
+  Buffer workspace_;        // eager split workspace, grown on demand
+  Buffer graph_workspace_;  // decode graphs: fixed, sized by init_decode_graph_state
+  bool graph_ = false;      // the current plan was staged for a decode graph
+  int32_t graph_max_kv_len_ = 0;
+  std::optional<ops::PagedDecodePlan> plan_;
+  PlanKey plan_key_;
   int64_t loc_ = 0;
   int64_t encoder_loc_ = 0;
   int64_t qo_indptr_ = 0;  // [batch + 1] when the prefill kernel runs

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "kvserve/attention/cuda_backends.h"
+#include "kvserve/attention/device_metadata.h"
 #include "kvserve/mem/page_table.h"
 #include "kvserve/platform/ops/varlen_attention.h"
 
@@ -30,24 +31,25 @@ struct GatherSet {
 
 class CudaRaggedBackend final : public AttentionBackend {
  public:
-  explicit CudaRaggedBackend(platform::Platform& p) : platform_(p) {}
+  explicit CudaRaggedBackend(platform::Platform& p) : platform_(p), meta_(p, "cuda-ragged") {}
 
   std::string_view name() const override { return "cuda-ragged"; }
 
   void init_forward_metadata(const model::ForwardBatch& batch) override {
-    host_.clear();
+    meta_.clear();
     const int32_t bs = batch.batch_size();
     const int32_t ps = batch.kv_pool->config().page_size;
-    loc_ = append(batch.out_cache_loc);
-    encoder_loc_ = append(batch.encoder_out_cache_loc);
-    cu_q_ = static_cast<int64_t>(host_.size());
-    host_.push_back(0);
+    loc_ = meta_.append(batch.out_cache_loc);
+    encoder_loc_ = meta_.append(batch.encoder_out_cache_loc);
+    std::vector<int32_t>& host = meta_.host();
+    cu_q_ = meta_.size();
+    host.push_back(0);
     max_q_len_ = 0;
     for (int32_t b = 0; b < bs; ++b) {
-      host_.push_back(host_.back() + batch.extend_lens[b]);
+      host.push_back(host.back() + batch.extend_lens[b]);
       max_q_len_ = std::max(max_q_len_, batch.extend_lens[b]);
     }
-    KV_CHECK_EQ(host_.back(), batch.num_tokens(), "extend_lens must cover the batch's tokens");
+    KV_CHECK_EQ(host.back(), batch.num_tokens(), "extend_lens must cover the batch's tokens");
 
     std::vector<mem::KvRange> self(bs), cross(bs);
     for (int32_t b = 0; b < bs; ++b) {
@@ -56,14 +58,7 @@ class CudaRaggedBackend final : public AttentionBackend {
     }
     self_ = add_ranges(batch, self, ps);
     cross_ = add_ranges(batch, cross, ps);
-
-    const size_t bytes = host_.size() * sizeof(int32_t);
-    if (bytes > device_meta_.bytes()) {
-      auto buf = platform_.allocate_buffer(std::max(bytes, device_meta_.bytes() * 2));
-      KV_CHECK(buf.is_ok(), "cuda-ragged metadata: {}", buf.status().to_string());
-      device_meta_ = std::move(*buf);
-    }
-    platform_.copy(device_meta_.data(), host_.data(), bytes, platform::CopyKind::kHostToDevice);
+    meta_.upload();
   }
 
   void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
@@ -76,19 +71,13 @@ class CudaRaggedBackend final : public AttentionBackend {
   }
 
  private:
-  int64_t append(const std::vector<int32_t>& v) {
-    const auto at = static_cast<int64_t>(host_.size());
-    host_.insert(host_.end(), v.begin(), v.end());
-    return at;
-  }
-
   GatherSet add_ranges(const model::ForwardBatch& batch, const std::vector<mem::KvRange>& ranges,
                        int32_t ps) {
     mem::build_kv_indices(*batch.req_to_token, ranges, mem::IndexUnit::kToken, ps, indices_);
     GatherSet g;
     g.total_kv = indices_.total_kv();
-    g.slots = append(indices_.indices);
-    g.cu_kv = append(indices_.indptr);
+    g.slots = meta_.append(indices_.indices);
+    g.cu_kv = meta_.append(indices_.indptr);
     return g;
   }
 
@@ -105,23 +94,12 @@ class CudaRaggedBackend final : public AttentionBackend {
   void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
            bool save_kv) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
-    const Device dev = platform_.device();
     KV_CHECK(io.dtype == pool.config().dtype,
              "cuda-ragged gathers the cache as it is: queries {} and KV cache {} must match",
              dtype_name(io.dtype), dtype_name(pool.config().dtype));
-    auto* meta = device_meta_.data_as<int32_t>();
-    if (save_kv && io.k != nullptr) {
-      const bool cross = layer.is_cross_attention;
-      const auto n = static_cast<int64_t>(cross ? batch.encoder_out_cache_loc.size()
-                                                : batch.out_cache_loc.size());
-      if (n > 0) {
-        const TensorView loc(meta + (cross ? encoder_loc_ : loc_), DType::kI32, {n}, dev);
-        const TensorView k(const_cast<void*>(io.k), io.dtype,
-                           {n, layer.num_kv_heads, layer.head_dim}, dev);
-        const TensorView v(const_cast<void*>(io.v), io.dtype,
-                           {n, layer.num_kv_heads, layer.head_dim}, dev);
-        pool.set_kv_buffer(layer.layer_id, loc, k, v);
-      }
+    const int32_t* meta = meta_.device();
+    if (save_kv) {
+      store_kv_from_device(platform_, io, layer, batch, meta + loc_, meta + encoder_loc_);
     }
     const GatherSet& g = layer.is_cross_attention ? cross_ : self_;
     const int64_t q_width = static_cast<int64_t>(layer.num_heads) * layer.head_dim;
@@ -165,9 +143,8 @@ class CudaRaggedBackend final : public AttentionBackend {
   }
 
   platform::Platform& platform_;
-  std::vector<int32_t> host_;
+  DeviceMetadata meta_;
   mem::KvIndices indices_;
-  Buffer device_meta_;
   Buffer k_gathered_;
   Buffer v_gathered_;
   int64_t loc_ = 0;

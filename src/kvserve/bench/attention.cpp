@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -48,11 +49,26 @@ struct Pool {
   std::vector<uint16_t> k, v;  // [slots, num_kv_heads, head_dim] bf16
 };
 
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// n values close to normal(0, 1) (the sum of four 16-bit uniforms, rescaled: mean 0, variance 1,
+// |x| < 3.47), counter-based from one draw of `rng` so that gigabyte pools fill in parallel.
 std::vector<uint16_t> random_bf16(std::mt19937_64& rng, int64_t n) {
-  std::normal_distribution<float> normal(0.f, 1.f);
+  const uint64_t seed = rng();
   std::vector<uint16_t> v(static_cast<size_t>(n));
-  for (auto& x : v)
-    x = float_to_bf16(normal(rng));
+  uint16_t* out = v.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = splitmix64(seed ^ (static_cast<uint64_t>(i) * 0xD6E8FEB86659FD93ull));
+    const float sum =
+        static_cast<float>((h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) + (h >> 48));
+    out[i] = float_to_bf16((sum * (1.0f / 65536.0f) - 2.0f) * 1.7320508f);
+  }
   return v;
 }
 
@@ -86,8 +102,10 @@ Status check_shape(const AttentionBenchConfig& c) {
 }
 
 // Runs `launch` 5 times to warm up, then `iters` times between events: the times in ms.
+// `before` (when given) runs before each timed launch, outside the events.
 template <typename Launch>
-std::vector<double> time_kernel(platform::Platform& platform, int32_t iters, Launch&& launch) {
+std::vector<double> time_kernel(platform::Platform& platform, int32_t iters, Launch&& launch,
+                                const std::function<void(platform::StreamHandle)>& before = {}) {
   const platform::StreamHandle stream = platform.create_stream();
   std::vector<platform::EventHandle> events(2 * static_cast<size_t>(iters));
   for (auto& e : events)
@@ -95,6 +113,7 @@ std::vector<double> time_kernel(platform::Platform& platform, int32_t iters, Lau
   for (int i = 0; i < 5; ++i)
     launch(stream);
   for (int i = 0; i < iters; ++i) {
+    if (before) before(stream);
     platform.record_event(events[2 * i], stream);
     launch(stream);
     platform.record_event(events[2 * i + 1], stream);
@@ -153,6 +172,18 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   KV_RETURN_IF_ERROR(check_shape(c));
   if (c.mode == "prefill") return run_prefill_bench(platform, c);
   if (c.mode != "decode") return invalid_argument("--mode {}: decode or prefill", c.mode);
+  const std::string kernel = c.kernel.empty() ? "decode" : c.kernel;
+  const bool tc = kernel == "tc" || kernel == "decode-tc";
+  if (!tc && kernel != "decode") {
+    return invalid_argument("--kernel {}: decode or tc in decode mode", kernel);
+  }
+  int32_t stages = 0;
+  if (c.variant == "s2" || c.variant == "s3" || c.variant == "s4") {
+    stages = c.variant[1] - '0';
+  } else if (c.variant != "auto") {
+    return invalid_argument("--variant {}: auto, s2, s3 or s4 in decode mode", c.variant);
+  }
+  if (!tc && stages != 0) return invalid_argument("--variant {} needs --kernel tc", c.variant);
   std::mt19937_64 rng(c.seed);
   const int32_t ps = c.page_size;
   std::vector<int32_t> seq_lens =
@@ -164,15 +195,21 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   const std::vector<uint16_t> q =
       random_bf16(rng, static_cast<int64_t>(batch) * c.num_q_heads * c.head_dim);
 
-  ops::PagedDecodePlan plan =
-      ops::plan_paged_decode(batch, c.num_q_heads, c.num_kv_heads, c.head_dim, max_len,
-                             platform::cuda::multiprocessor_count());
+  const int32_t num_sms = platform::cuda::multiprocessor_count();
+  ops::PagedDecodePlan plan = tc ? ops::plan_paged_decode_tc(batch, c.num_q_heads, c.num_kv_heads,
+                                                             c.head_dim, max_len, num_sms, stages)
+                                 : ops::plan_paged_decode(batch, c.num_q_heads, c.num_kv_heads,
+                                                          c.head_dim, max_len, num_sms);
   if (c.num_splits > 0) {
     plan.num_splits = c.num_splits;
-    plan.tokens_per_split = std::max(1, (max_len + c.num_splits - 1) / c.num_splits);
+    plan.tokens_per_split = c.tokens_per_split > 0
+                                ? c.tokens_per_split
+                                : std::max(1, (max_len + c.num_splits - 1) / c.num_splits);
+    plan.min_tokens_per_split = 0;
     plan.workspace_floats = static_cast<size_t>(batch) * c.num_q_heads * c.num_splits *
                             (static_cast<size_t>(c.head_dim) + 1);
   }
+  if (c.min_tokens_per_split >= 0) plan.min_tokens_per_split = c.min_tokens_per_split;
 
   DeviceBuffers dev{platform, {}};
   ops::PagedDecodeParams p;
@@ -187,6 +224,7 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   p.seq_lens = static_cast<const int32_t*>(d_lens);
   const size_t out_elems = static_cast<size_t>(batch) * c.num_q_heads * c.head_dim;
   KV_ASSIGN_OR_RETURN(p.out, dev.alloc(out_elems * 2));
+  platform.memset(p.out, 0xff, out_elems * 2);  // NaN: a row never written shows as an error
   if (plan.num_splits > 1) {
     KV_ASSIGN_OR_RETURN(void* ws, dev.alloc(plan.workspace_floats * sizeof(float)));
     p.partial_out = static_cast<float*>(ws);
@@ -200,12 +238,33 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   p.page_size = ps;
   p.num_splits = plan.num_splits;
   p.tokens_per_split = plan.tokens_per_split;
+  p.min_tokens_per_split = plan.min_tokens_per_split;
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
-  const std::vector<double> ms = time_kernel(
-      platform, c.iters, [&](platform::StreamHandle s) { ops::paged_decode(platform, p, s); });
-
+  std::function<void(platform::StreamHandle)> flush;
+  void* flush_buf = nullptr;
+  constexpr size_t kFlushBytes = size_t{256} << 20;
+  if (c.flush_l2) {
+    KV_ASSIGN_OR_RETURN(flush_buf, dev.alloc(kFlushBytes));
+    flush = [&](platform::StreamHandle s) { platform.memset(flush_buf, 0, kFlushBytes, s); };
+  }
+  platform.synchronize();  // the uploads and the memset (default stream) before the timing stream
   AttentionBenchResult r;
+  std::vector<double> ms;
+  if (tc) {
+    stages = ops::resolve_decode_tc_stages(stages, c.head_dim);
+    r.variant = "tc-s" + std::to_string(stages);
+    r.ctas_per_sm = ops::decode_tc_occupancy(platform, c.head_dim, stages);
+    ms = time_kernel(
+        platform, c.iters,
+        [&](platform::StreamHandle s) { ops::paged_decode_tc(platform, p, s, stages); }, flush);
+  } else {
+    r.variant = "decode";
+    ms = time_kernel(
+        platform, c.iters, [&](platform::StreamHandle s) { ops::paged_decode(platform, p, s); },
+        flush);
+  }
+
   r.num_splits = plan.num_splits;
   r.median_ms = median(ms);
   r.kv_bytes = 2.0 * std::accumulate(seq_lens.begin(), seq_lens.end(), 0.0) * row * 2;
@@ -226,7 +285,7 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
     hp.page_ids = pool.page_ids.data();
     hp.seq_lens = seq_lens.data();
     std::vector<float> ref(out_elems);
-    ops::reference::paged_decode(hp, ref.data());
+    ops::reference::paged_decode_parallel(hp, ref.data());
     compare(out, ref, out_elems, 1, r);
   }
   return r;
@@ -237,8 +296,8 @@ namespace {
 Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
                                                const AttentionBenchConfig& c) {
   const bool per_token = c.kernel == "decode-per-token";
-  if (!per_token && c.kernel != "prefill") {
-    return invalid_argument("--kernel {}: prefill or decode-per-token", c.kernel);
+  if (!per_token && !c.kernel.empty() && c.kernel != "prefill") {
+    return invalid_argument("--kernel {}: prefill or decode-per-token in prefill mode", c.kernel);
   }
   const ops::PrefillVariant variant = ops::parse_prefill_variant(c.variant);
   if (variant == ops::PrefillVariant::kAuto && c.variant != "auto") {
@@ -308,6 +367,7 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.variant = ops::choose_prefill_variant(variant, total_q, batch, c.num_q_heads / c.num_kv_heads);
 
+  platform.synchronize();  // the uploads and the memset (default stream) before the timing stream
   AttentionBenchResult r;
   std::vector<double> ms;
   if (per_token) {
@@ -342,6 +402,7 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
     d.sm_scale = p.sm_scale;
     r.num_splits = plan.num_splits;
     r.variant = "decode-per-token";
+    platform.synchronize();  // its uploads too
     ms = time_kernel(platform, c.iters,
                      [&](platform::StreamHandle s) { ops::paged_decode(platform, d, s); });
   } else {

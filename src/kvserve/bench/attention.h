@@ -1,8 +1,10 @@
 // bench-attention: one attention kernel on a fragmented pool with its error against the float64
-// reference. Decode mode (the default): paged decode, timed against the device's copy bandwidth.
-// Prefill mode: `batch` requests of seq_len new tokens after prefix_len cached ones, through the
-// tensor-core paged prefill kernel (or the decode kernel with one query per token, today's
-// extend path, with kernel "decode-per-token"), timed in TFLOP/s against a stated peak.
+// reference. Decode mode (the default): paged decode, timed against the device's copy bandwidth,
+// through the CUDA-core decode kernel (kernel "decode") or its tensor-core variant (kernel "tc":
+// ops::paged_decode_tc). Prefill mode: `batch` requests of seq_len new tokens after prefix_len
+// cached ones, through the tensor-core paged prefill kernel (or the decode kernel with one query
+// per token, today's extend path, with kernel "decode-per-token"), timed in TFLOP/s against a
+// stated peak.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +18,13 @@ namespace kvserve::bench {
 
 struct AttentionBenchConfig {
   std::string backend = "cuda-paged";
-  std::string mode = "decode";     // decode or prefill
-  std::string kernel = "prefill";  // prefill mode: prefill or decode-per-token
-  std::string variant = "auto";    // prefill tile shape (ops::parse_prefill_variant)
+  std::string mode = "decode";  // decode or prefill
+  // Decode mode: decode (default) or tc (alias decode-tc); prefill mode: prefill (default) or
+  // decode-per-token. Empty: the mode's default.
+  std::string kernel;
+  // Prefill: the tile shape (ops::parse_prefill_variant); decode tc: the pipeline depth, auto
+  // (ops::resolve_decode_tc_stages), s2, s3 or s4.
+  std::string variant = "auto";
   int32_t batch = 16;
   int32_t seq_len = 4096;
   int32_t page_size = 16;
@@ -26,7 +32,12 @@ struct AttentionBenchConfig {
   int32_t num_kv_heads = 8;
   int32_t head_dim = 128;
   int32_t iters = 50;
-  int32_t num_splits = 0;  // 0: plan_paged_decode decides
+  int32_t num_splits = 0;  // 0: the kernel's plan decides (plan_paged_decode[_tc])
+  // With num_splits > 0: every request cut alike in tokens_per_split chunks (0: ceil(longest /
+  // num_splits)) unless min_tokens_per_split > 0 asks for per-request splits.
+  int32_t tokens_per_split = 0;
+  int32_t min_tokens_per_split = -1;  // -1: the plan's (0 with num_splits > 0)
+  bool flush_l2 = false;              // decode: overwrite 256 MiB between timed launches
   uint64_t seed = 1;
   bool check = true;              // compute the reference and the max error
   bool measure_copy = true;       // time a 1 GiB device copy for the roofline
@@ -51,12 +62,13 @@ struct AttentionBenchResult {
   // rounding the exact result to bf16 alone gives up to 0.5.
   double max_ulp_err = -1;
   int32_t num_splits = 1;
+  int32_t ctas_per_sm = 0;  // decode tc: resident blocks per SM (CUDA occupancy calculator)
   // Prefill mode.
   double flops = 0;             // 4 * head_dim * num_q_heads * visible keys over all queries
   double tflops = 0;            // flops / median time
   double peak_pct = 0;          // tflops / peak_tflops
   int32_t checked_queries = 0;  // query tokens compared with the reference
-  std::string variant;          // the tile shape that ran
+  std::string variant;          // the kernel and tile shape that ran (decode: decode, tc-s3)
 };
 
 Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,

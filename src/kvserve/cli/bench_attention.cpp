@@ -5,19 +5,80 @@
 //       --page-size 16 --num-q-heads 32 --num-kv-heads 8 --head-dim 128
 //   kvserve bench-attention --mode prefill --batch 8 --seq-len 1024 --prefix-len 0
 //       [--kernel decode-per-token] [--variant m128w8] [--no-causal]
+//   kvserve bench-attention --kernel decode,tc --batch 16,64 --seq-len 1024,4096 --no-check
+//       (decode on tensor cores against the CUDA-core kernel; lists run every combination)
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "kvserve/bench/attention.h"
 #include "kvserve/cli/commands.h"
 
 namespace kvserve::cli {
 
+namespace {
+
+// One configuration: its JSON line on stdout (flushed), or the error on stderr.
+int run_one(platform::Platform& platform, const bench::AttentionBenchConfig& c) {
+  auto r = bench::run_attention_bench(platform, c);
+  if (!r.is_ok()) {
+    fmt::print(stderr, "kvserve bench-attention: {}\n", r.status().message());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  const bool prefill = c.mode == "prefill";
+  nlohmann::ordered_json j = {{"backend", c.backend},
+                              {"mode", c.mode},
+                              {"device", platform.description()},
+                              {"batch", c.batch},
+                              {"seq_len", c.seq_len},
+                              {"page_size", c.page_size},
+                              {"num_q_heads", c.num_q_heads},
+                              {"num_kv_heads", c.num_kv_heads},
+                              {"head_dim", c.head_dim}};
+  if (prefill) {
+    j["prefix_len"] = c.prefix_len;
+    j["causal"] = c.causal;
+  }
+  j["kernel"] = r->variant;
+  j["num_splits"] = r->num_splits;
+  if (!prefill && r->ctas_per_sm > 0) j["ctas_per_sm"] = r->ctas_per_sm;
+  if (!prefill && c.flush_l2) j["flush_l2"] = true;
+  j["median_ms"] = r->median_ms;
+  if (prefill) {
+    j["tflops"] = r->tflops;
+    j["peak_tflops"] = c.peak_tflops;
+    j["peak_pct"] = r->peak_pct;
+    j["checked_queries"] = r->checked_queries;
+  }
+  j["kv_bytes"] = r->kv_bytes;
+  j["gbps"] = r->gbps;
+  if (!prefill) {
+    j["copy_gbps"] = r->copy_gbps;
+    j["roofline_pct"] = r->roofline_pct;
+  }
+  j["max_abs_err"] = r->max_abs_err;
+  j["max_ulp_err"] = r->max_ulp_err;
+  fmt::print("{}\n", j.dump());
+  std::fflush(stdout);  // a later configuration that crashes keeps this line
+  return 0;
+}
+
+}  // namespace
+
 Command add_bench_attention_command(CLI::App& app) {
   struct Args {
     std::string device = "cuda";
     bench::AttentionBenchConfig config;
+    // Comma-separated lists: every combination runs, one JSON line each (kernel innermost).
+    std::vector<int32_t> batches = {16};
+    std::vector<int32_t> seq_lens = {4096};
+    std::vector<int32_t> page_sizes = {16};
+    std::vector<int32_t> splits = {0};
+    std::vector<std::string> variants = {"auto"};
+    std::vector<std::string> kernels = {""};
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd =
@@ -25,23 +86,43 @@ Command add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--device", a->device)->capture_default_str();
   cmd->add_option("--backend", a->config.backend)->capture_default_str();
   cmd->add_option("--mode", a->config.mode, "decode or prefill")->capture_default_str();
-  cmd->add_option("--kernel", a->config.kernel, "prefill mode: prefill or decode-per-token")
-      ->capture_default_str();
-  cmd->add_option("--variant", a->config.variant, "prefill tiles: auto, m64w4, m128w8, m128w4")
+  cmd->add_option("--kernel", a->kernels,
+                  "decode mode: decode (default) or tc (tensor cores); prefill mode: prefill "
+                  "(default) or decode-per-token; a comma-separated list runs each")
+      ->delimiter(',');
+  cmd->add_option("--variant", a->variants,
+                  "prefill tiles: auto, m64w4, m128w8, m128w4; decode tc stages: auto, s2, s3, s4")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--prefix-len", a->config.prefix_len, "prefill mode: cached positions")
       ->capture_default_str();
   cmd->add_flag("!--no-causal", a->config.causal, "prefill mode: every query sees all positions");
   cmd->add_option("--peak-tflops", a->config.peak_tflops, "prefill mode: the % of peak's base")
       ->capture_default_str();
-  cmd->add_option("--batch", a->config.batch)->capture_default_str();
-  cmd->add_option("--seq-len", a->config.seq_len)->capture_default_str();
-  cmd->add_option("--page-size", a->config.page_size)->capture_default_str();
+  cmd->add_option("--batch", a->batches, "a comma-separated list runs each")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--seq-len", a->seq_lens, "a comma-separated list runs each")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--page-size", a->page_sizes, "a comma-separated list runs each")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--num-q-heads", a->config.num_q_heads)->capture_default_str();
   cmd->add_option("--num-kv-heads", a->config.num_kv_heads)->capture_default_str();
   cmd->add_option("--head-dim", a->config.head_dim)->capture_default_str();
   cmd->add_option("--iters", a->config.iters)->capture_default_str();
-  cmd->add_option("--num-splits", a->config.num_splits, "0: planned")->capture_default_str();
+  cmd->add_option("--num-splits", a->splits, "0: planned; a comma-separated list runs each")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--tokens-per-split", a->config.tokens_per_split,
+                  "with --num-splits: the chunk (0: ceil(seq-len / splits))")
+      ->capture_default_str();
+  cmd->add_option("--min-tokens-per-split", a->config.min_tokens_per_split,
+                  "decode: > 0 per-request splits, 0 every request cut alike, -1 the plan's")
+      ->capture_default_str();
+  cmd->add_flag("--flush-l2", a->config.flush_l2,
+                "decode: overwrite 256 MiB between timed launches (cold L2)");
   cmd->add_option("--seed", a->config.seed)->capture_default_str();
   cmd->add_flag("!--no-check", a->config.check, "Skip the float64 reference");
   return {cmd, [a] {
@@ -56,41 +137,27 @@ Command add_bench_attention_command(CLI::App& app) {
               fmt::print(stderr, "kvserve bench-attention: {}\n", p.status().message());
               return 2;
             }
-            auto r = bench::run_attention_bench(**p, a->config);
-            if (!r.is_ok()) {
-              fmt::print(stderr, "kvserve bench-attention: {}\n", r.status().message());
-              return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+            for (const int32_t batch : a->batches) {
+              for (const int32_t seq : a->seq_lens) {
+                for (const int32_t page : a->page_sizes) {
+                  for (const int32_t splits : a->splits) {
+                    for (const std::string& variant : a->variants) {
+                      for (const std::string& kernel : a->kernels) {
+                        bench::AttentionBenchConfig c = a->config;
+                        c.batch = batch;
+                        c.seq_len = seq;
+                        c.page_size = page;
+                        c.num_splits = splits;
+                        c.variant = variant;
+                        c.kernel = kernel;
+                        const int rc = run_one(**p, c);
+                        if (rc != 0) return rc;
+                      }
+                    }
+                  }
+                }
+              }
             }
-            const auto& c = a->config;
-            const bool prefill = c.mode == "prefill";
-            nlohmann::ordered_json j = {
-                {"backend", c.backend},          {"mode", c.mode},
-                {"device", (*p)->description()}, {"batch", c.batch},
-                {"seq_len", c.seq_len},          {"page_size", c.page_size},
-                {"num_q_heads", c.num_q_heads},  {"num_kv_heads", c.num_kv_heads},
-                {"head_dim", c.head_dim}};
-            if (prefill) {
-              j["prefix_len"] = c.prefix_len;
-              j["causal"] = c.causal;
-              j["kernel"] = r->variant;
-            }
-            j["num_splits"] = r->num_splits;
-            j["median_ms"] = r->median_ms;
-            if (prefill) {
-              j["tflops"] = r->tflops;
-              j["peak_tflops"] = c.peak_tflops;
-              j["peak_pct"] = r->peak_pct;
-              j["checked_queries"] = r->checked_queries;
-            }
-            j["kv_bytes"] = r->kv_bytes;
-            j["gbps"] = r->gbps;
-            if (!prefill) {
-              j["copy_gbps"] = r->copy_gbps;
-              j["roofline_pct"] = r->roofline_pct;
-            }
-            j["max_abs_err"] = r->max_abs_err;
-            j["max_ulp_err"] = r->max_ulp_err;
-            fmt::print("{}\n", j.dump());
             return 0;
           }};
 }

@@ -2,6 +2,10 @@
 // bench_one_batch.py).
 //   kvserve bench-one-batch --model-path /tmp/tiny --batch-size 1 8 --input-len 256 512
 //       --output-len 32 --run-name cpu --result-filename result.jsonl
+// A Whisper checkpoint (config.json model_type "whisper") runs bench/whisper_one_batch.h instead:
+//   kvserve bench-one-batch --model-path /tmp/whisper --device cuda --page-size 64
+//       --encoder-kv-layout ragged --batch-size 1 4 16 --output-len 64
+// (--input-len, when given, is the decoder prompt's length; default: the transcriber's prompt).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,7 +13,10 @@
 #include <memory>
 
 #include "kvserve/bench/one_batch.h"
+#include "kvserve/bench/whisper_one_batch.h"
 #include "kvserve/cli/commands.h"
+#include "kvserve/cli/runner_options.h"
+#include "kvserve/model/whisper_transcriber.h"
 
 namespace kvserve::cli {
 namespace {
@@ -19,11 +26,86 @@ struct BenchOneBatchArgs {
   model::ModelRunnerOptions runner;
   bench::OneBatchOptions bench;
   std::string result_filename = "result.jsonl";
+  std::string encoder_kv_layout;          // Whisper checkpoints only; empty: aligned
+  CLI::Option* input_len_flag = nullptr;  // whether --input-len was given
 };
 
 int fail(const Status& s) {
   fmt::print(stderr, "kvserve bench-one-batch: {}\n", s.message());
   return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
+}
+
+template <typename JsonResult>
+Status append_json_lines(const std::string& filename, const std::vector<JsonResult>& results) {
+  if (filename.empty() || results.empty()) return Status::ok();
+  std::ofstream out(filename, std::ios::app);
+  for (const JsonResult& res : results)
+    out << res.to_json().dump() << '\n';
+  if (!out.good()) {
+    return make_status(StatusCode::kIoError, "--result-filename: cannot write {}", filename);
+  }
+  return Status::ok();
+}
+
+void log_line(std::string_view line) {
+  fmt::print("{}\n", line);
+  std::fflush(stdout);
+}
+
+// A Whisper checkpoint: encoder, prefill and decode steps of one batch of transcriptions on a
+// WhisperRunner in the chosen encoder KV layout.
+int run_bench_one_batch_whisper(const BenchOneBatchArgs& a) {
+  const model::ModelRunnerOptions& r = a.runner;
+  if (r.kv_cache_dtype != "auto") {
+    return fail(invalid_argument(
+        "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
+        r.kv_cache_dtype));
+  }
+  if (r.mem_fraction_static != 0) {
+    return fail(invalid_argument(
+        "--mem-fraction-static: a Whisper checkpoint sizes its KV cache for full rows (or "
+        "--max-total-tokens)"));
+  }
+  if (r.context_length != 0) {
+    return fail(
+        invalid_argument("--context-length: a Whisper checkpoint's rows are max_source_positions + "
+                         "max_target_positions"));
+  }
+  model::WhisperRunnerOptions wo;
+  wo.device = r.device;
+  wo.page_size = r.page_size;
+  wo.attention_backend = r.attention_backend;  // empty: the device's default for the layout
+  wo.max_running_requests = r.max_running_requests;
+  wo.max_total_tokens = r.max_total_tokens;
+  auto layout =
+      mem::parse_encoder_kv_layout(a.encoder_kv_layout.empty() ? "aligned" : a.encoder_kv_layout);
+  if (!layout.is_ok()) {
+    return fail(invalid_argument("--encoder-kv-layout: {}", layout.status().message()));
+  }
+  wo.layout = *layout;
+  bench::WhisperOneBatchOptions bo;
+  bo.run_name = a.bench.run_name;
+  bo.batch_sizes = a.bench.batch_sizes;
+  if (a.input_len_flag != nullptr && a.input_len_flag->count() > 0) {
+    bo.decoder_input_lens = a.bench.input_lens;
+  }
+  bo.output_lens = a.bench.output_lens;
+  bo.seed = a.bench.seed;
+  auto runner = model::WhisperRunner::create(a.model_path, wo);
+  if (!runner.is_ok()) return fail(runner.status());
+  model::WhisperRunner& w = **runner;
+  const model::WhisperConfig& c = w.config();
+  const model::WhisperRunnerOptions& ro = w.options();
+  fmt::print(
+      "Whisper: {}+{} layers, d_model {}, encoder_len {}, on {}; page size {}, {} encoder KV "
+      "layout, {} attention\n",
+      c.encoder_layers, c.decoder_layers, c.d_model, c.max_source_positions, ro.device,
+      ro.page_size, mem::encoder_kv_layout_name(ro.layout), ro.attention_backend);
+  fmt::print("max_total_num_tokens={}\n", w.allocator().size());
+  const auto results = bench::run_whisper_one_batch_sweep(w, bo, log_line);
+  if (!results.is_ok()) return fail(results.status());
+  if (Status s = append_json_lines(a.result_filename, *results); !s.is_ok()) return fail(s);
+  return 0;
 }
 
 int run_bench_one_batch(BenchOneBatchArgs a) {
@@ -39,26 +121,21 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
     a.runner.max_running_requests =
         *std::max_element(a.bench.batch_sizes.begin(), a.bench.batch_sizes.end());
   }
+  if (model::is_whisper_checkpoint(a.model_path)) return run_bench_one_batch_whisper(a);
+  if (!a.encoder_kv_layout.empty()) {
+    return fail(invalid_argument(
+        "--encoder-kv-layout applies to Whisper checkpoints only; {} is not one (its config.json "
+        "model_type is not \"whisper\")",
+        a.model_path));
+  }
   auto runner = model::ModelRunner::create(a.model_path, a.runner);
   if (!runner.is_ok()) return fail(runner.status());
   model::ModelRunner& r = **runner;
   fmt::print("{}\n", r.summary());
   fmt::print("max_total_num_tokens={}\n", r.max_total_tokens());
-  auto log = [](std::string_view line) {
-    fmt::print("{}\n", line);
-    std::fflush(stdout);
-  };
-  const auto results = bench::run_one_batch_sweep(r, a.bench, log);
+  const auto results = bench::run_one_batch_sweep(r, a.bench, log_line);
   if (!results.is_ok()) return fail(results.status());
-  if (!a.result_filename.empty() && !results->empty()) {
-    std::ofstream out(a.result_filename, std::ios::app);
-    for (const bench::OneBatchResult& res : *results)
-      out << res.to_json().dump() << '\n';
-    if (!out.good()) {
-      return fail(make_status(StatusCode::kIoError, "--result-filename: cannot write {}",
-                              a.result_filename));
-    }
-  }
+  if (Status s = append_json_lines(a.result_filename, *results); !s.is_ok()) return fail(s);
   return 0;
 }
 
@@ -71,8 +148,11 @@ Command add_bench_one_batch_command(CLI::App& app) {
   cmd->add_option("--model-path", a->model_path, "Hugging Face checkpoint directory")->required();
   cmd->add_option("--batch-size", a->bench.batch_sizes, "Batch sizes (a list)")
       ->capture_default_str();
-  cmd->add_option("--input-len", a->bench.input_lens, "Input lengths (a list)")
-      ->capture_default_str();
+  a->input_len_flag =
+      cmd->add_option("--input-len", a->bench.input_lens,
+                      "Input lengths (a list); Whisper: decoder prompt lengths (default: the "
+                      "transcriber's prompt)")
+          ->capture_default_str();
   cmd->add_option("--output-len", a->bench.output_lens, "Output lengths (a list)")
       ->capture_default_str();
   cmd->add_option("--run-name", a->bench.run_name)->capture_default_str();
@@ -81,13 +161,18 @@ Command add_bench_one_batch_command(CLI::App& app) {
   cmd->add_option("--seed", a->bench.seed, "Seed of the synthetic prompts")->capture_default_str();
   cmd->add_option("--device", a->runner.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--page-size", a->runner.page_size)->capture_default_str();
-  cmd->add_option("--attention-backend", a->runner.attention_backend, "cpu or native");
+  cmd->add_option("--attention-backend", a->runner.attention_backend,
+                  "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
+                  "(Whisper on CUDA with the ragged layout: cuda-ragged)");
+  cmd->add_option("--encoder-kv-layout", a->encoder_kv_layout,
+                  "Whisper checkpoints only: aligned (default) or ragged encoder KV rows");
   cmd->add_option("--kv-cache-dtype", a->runner.kv_cache_dtype)->capture_default_str();
   cmd->add_option("--max-total-tokens", a->runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", a->runner.mem_fraction_static);
   cmd->add_option("--max-running-requests", a->runner.max_running_requests,
                   "Request rows (default: the largest batch size)");
   cmd->add_option("--context-length", a->runner.context_length);
+  add_cuda_graph_options(cmd, a->runner);
   return {cmd, [a] { return run_bench_one_batch(*a); }};
 }
 

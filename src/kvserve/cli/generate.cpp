@@ -8,6 +8,7 @@
 
 #include "kvserve/cli/commands.h"
 #include "kvserve/cli/default_model.h"
+#include "kvserve/cli/runner_options.h"
 #include "kvserve/engine/generate.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/radix_cache.h"
@@ -178,6 +179,7 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--mem-fraction-static", o->runner.mem_fraction_static);
   cmd->add_option("--max-running-requests", o->runner.max_running_requests);
   cmd->add_option("--context-length", o->runner.context_length);
+  add_cuda_graph_options(cmd, o->runner);
   cmd->add_flag("--disable-radix-cache", o->disable_radix_cache);
   return {cmd, [o] { return run_generate(*o); }};
 }

@@ -7,6 +7,7 @@
 
 #include "kvserve/cli/commands.h"
 #include "kvserve/cli/default_model.h"
+#include "kvserve/cli/runner_options.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/engine.h"
 #include "kvserve/model/whisper_transcriber.h"
@@ -137,6 +138,7 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
                   "Fraction of free memory for the KV cache");
   cmd->add_option("--max-running-requests", e.runner.max_running_requests);
   cmd->add_option("--context-length", e.runner.context_length);
+  add_cuda_graph_options(cmd, e.runner);
   cmd->add_option("--chunked-prefill-size", e.scheduler.chunked_prefill_size,
                   "Tokens per prefill chunk (-1: no chunking)")
       ->capture_default_str();

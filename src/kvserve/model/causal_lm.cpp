@@ -23,12 +23,13 @@ struct CausalLM::Layer {
   Tensor post_attention_layernorm;  // [hidden]
 };
 
-// Activations of one forward in the compute dtype, grown to the largest batch seen, and the
-// batch's per-token integers on the device.
+// Activations of one forward in the compute dtype and the batch's per-token integers on the
+// device. The eager workspace grows to the largest batch seen; the static one (decode graphs) is
+// sized once and never moves, since captured graphs hold its addresses.
 struct CausalLM::Workspace {
   int64_t tokens = 0;
   Tensor hidden, residual, normed, qkv, q, k, v, attn, gate_up, act, last;
-  Tensor ints;  // i32 [3, tokens]: input_ids | positions | logits_indices
+  Tensor ints;  // i32 [3, tokens]: input_ids | positions | logits_indices (upload_batch_ints)
   int64_t logit_rows = 0;
   Tensor
       logits;  // f32 [logit_rows, vocab] on device platforms (the CPU writes the caller's vector)
@@ -210,16 +211,25 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
   return m;
 }
 
-void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backend,
-                   float* host_logits) {
-  const ModelConfig& c = config_;
+DeviceBatchInts CausalLM::upload_eager(const ForwardBatch& batch) {
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
-  Status reserved = ws_->reserve(platform_, c, dtype_, n);
-  if (reserved.is_ok()) reserved = ws_->reserve_logits(platform_, c.vocab_size, rows);
+  KV_CHECK_LE(rows, n, "more logits rows than tokens");
+  Status reserved = ws_->reserve(platform_, config_, dtype_, n);
+  if (reserved.is_ok()) reserved = ws_->reserve_logits(platform_, config_.vocab_size, rows);
   KV_CHECK(reserved.is_ok(), "activation memory: {}", reserved.to_string());
-  Workspace& w = *ws_;
+  return upload_batch_ints(platform_, batch, ws_->host_ints, ws_->ints.data_as<int32_t>());
+}
+
+void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
+                   const DeviceBatchInts& in, float* host_logits) {
+  const ModelConfig& c = config_;
+  const int64_t n = batch.num_tokens();
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  KV_CHECK(n > 0 && n <= w.tokens && (host_logits != nullptr || rows <= w.logit_rows),
+           "a forward of {} tokens and {} logits rows in a workspace of {} and {}", n, rows,
+           w.tokens, w.logit_rows);
   const int64_t h = c.hidden_size;
   const int32_t heads = c.num_attention_heads;
   const int32_t kv_heads = c.num_key_value_heads;
@@ -230,16 +240,9 @@ void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backe
   for (const int32_t t : batch.logits_indices)
     KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
 
-  // The batch's integers reach the device in one copy.
-  w.host_ints.resize(2 * n + rows);
-  std::copy(batch.input_ids.begin(), batch.input_ids.end(), w.host_ints.begin());
-  std::copy(batch.positions.begin(), batch.positions.end(), w.host_ints.begin() + n);
-  std::copy(batch.logits_indices.begin(), batch.logits_indices.end(), w.host_ints.begin() + 2 * n);
-  platform_.copy(w.ints.data(), w.host_ints.data(), w.host_ints.size() * sizeof(int32_t),
-                 platform::CopyKind::kHostToDevice);
-  const int32_t* ids = w.ints.data_as<int32_t>();
-  const int32_t* positions = ids + n;
-  const int32_t* logits_indices = ids + 2 * n;
+  const int32_t* ids = in.input_ids;
+  const int32_t* positions = in.positions;
+  const int32_t* logits_indices = in.logits_indices;
 
   auto gemm = [&](const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   int64_t m, int64_t cols, int64_t k) {
@@ -345,11 +348,12 @@ void CausalLM::forward(const ForwardBatch& batch, attention::AttentionBackend& b
                        std::vector<float>& logits) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   logits.resize(static_cast<size_t>(rows) * config_.vocab_size);
+  const DeviceBatchInts in = upload_eager(batch);
   if (platform_.device().is_cpu()) {
-    run(batch, backend, logits.data());
+    run(batch, backend, *ws_, in, logits.data());
     return;
   }
-  run(batch, backend, nullptr);
+  run(batch, backend, *ws_, in, nullptr);
   platform_.copy(logits.data(), ws_->logits.data(), logits.size() * sizeof(float),
                  platform::CopyKind::kDeviceToHost);
   platform_.synchronize();
@@ -366,12 +370,41 @@ void CausalLM::forward_greedy(const ForwardBatch& batch, attention::AttentionBac
     ops::argmax_rows(platform_, logits.data(), rows, vocab, tokens.data());
     return;
   }
-  run(batch, backend, nullptr);
+  run(batch, backend, *ws_, upload_eager(batch), nullptr);
   ops::argmax_rows(platform_, ws_->logits.data_as<float>(), rows, vocab,
                    ws_->greedy.data_as<int32_t>());
   platform_.copy(tokens.data(), ws_->greedy.data(), rows * sizeof(int32_t),
                  platform::CopyKind::kDeviceToHost);
   platform_.synchronize();
+}
+
+Status CausalLM::reserve_static_workspace(int64_t max_tokens) {
+  if (platform_.device().is_cpu()) {
+    return make_status(StatusCode::kUnimplemented, "the CPU platform has no device-only forward");
+  }
+  KV_CHECK(static_ws_ == nullptr, "the static workspace is sized once");
+  auto ws = std::make_unique<Workspace>();
+  KV_RETURN_IF_ERROR(ws->reserve(platform_, config_, dtype_, max_tokens));
+  KV_RETURN_IF_ERROR(ws->reserve_logits(platform_, config_.vocab_size, max_tokens));
+  static_ws_ = std::move(ws);
+  return Status::ok();
+}
+
+void CausalLM::forward_static(const ForwardBatch& batch, attention::AttentionBackend& backend,
+                              const int32_t* device_ints) {
+  KV_CHECK(static_ws_ != nullptr, "reserve_static_workspace first");
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  run(batch, backend, *static_ws_, batch_ints_at(batch, device_ints), nullptr);
+  ops::argmax_rows(platform_, static_ws_->logits.data_as<float>(), rows, config_.vocab_size,
+                   static_ws_->greedy.data_as<int32_t>());
+}
+
+const float* CausalLM::static_logits() const {
+  return static_ws_->logits.data_as<const float>();
+}
+
+const int32_t* CausalLM::static_argmax() const {
+  return static_ws_->greedy.data_as<const int32_t>();
 }
 
 }  // namespace kvserve::model

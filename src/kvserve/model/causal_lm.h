@@ -42,12 +42,29 @@ class CausalLM {
   void forward_greedy(const ForwardBatch& batch, attention::AttentionBackend& backend,
                       std::vector<int32_t>& tokens);
 
+  // Decode graphs (model/decode_graph_runner.h), device platforms only. A second activation
+  // workspace for forwards of up to `max_tokens` tokens (and as many logits rows), allocated once:
+  // captured graphs keep its addresses.
+  Status reserve_static_workspace(int64_t max_tokens);
+  // The forward of `batch` in the static workspace, its integers already on the device at
+  // `device_ints` (pack_batch_ints' layout): it queues device work only (no host copy, no
+  // allocation, no synchronization), so it can be captured. The logits ([rows, vocab], f32) and
+  // each row's argmax stay on the device, at static_logits() and static_argmax().
+  void forward_static(const ForwardBatch& batch, attention::AttentionBackend& backend,
+                      const int32_t* device_ints);
+  const float* static_logits() const;
+  const int32_t* static_argmax() const;
+
  private:
   struct Layer;
   struct Workspace;
   CausalLM(const ModelConfig& config, platform::Platform& platform);
-  // Runs the model; logits go to `host_logits` on the CPU, to the workspace on devices.
-  void run(const ForwardBatch& batch, attention::AttentionBackend& backend, float* host_logits);
+  // Grows the eager workspace for `batch` and uploads its integers (one copy).
+  DeviceBatchInts upload_eager(const ForwardBatch& batch);
+  // Runs the model in `w` on the integers at `in`; logits go to `host_logits` on the CPU, to the
+  // workspace on devices.
+  void run(const ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
+           const DeviceBatchInts& in, float* host_logits);
 
   ModelConfig config_;
   platform::Platform& platform_;
@@ -58,6 +75,7 @@ class CausalLM {
   DType dtype_;
   Tensor inv_freq_;  // f32 [head_dim / 2] on the platform
   std::unique_ptr<Workspace> ws_;
+  std::unique_ptr<Workspace> static_ws_;  // decode graphs; null until reserved
   size_t weight_bytes_ = 0;
 };
 

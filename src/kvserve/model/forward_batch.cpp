@@ -1,6 +1,34 @@
 #include "kvserve/model/forward_batch.h"
 
+#include <algorithm>
+
 namespace kvserve::model {
+
+int64_t batch_ints_size(const ForwardBatch& batch) {
+  return 2 * int64_t{batch.num_tokens()} + static_cast<int64_t>(batch.logits_indices.size());
+}
+
+void pack_batch_ints(const ForwardBatch& batch, int32_t* host) {
+  KV_CHECK_EQ(batch.positions.size(), batch.input_ids.size(), "one position per token");
+  const int64_t n = batch.num_tokens();
+  std::copy(batch.input_ids.begin(), batch.input_ids.end(), host);
+  std::copy(batch.positions.begin(), batch.positions.end(), host + n);
+  std::copy(batch.logits_indices.begin(), batch.logits_indices.end(), host + 2 * n);
+}
+
+DeviceBatchInts batch_ints_at(const ForwardBatch& batch, const int32_t* device) {
+  const int64_t n = batch.num_tokens();
+  return {.input_ids = device, .positions = device + n, .logits_indices = device + 2 * n};
+}
+
+DeviceBatchInts upload_batch_ints(platform::Platform& platform, const ForwardBatch& batch,
+                                  std::vector<int32_t>& host, int32_t* device) {
+  host.resize(static_cast<size_t>(batch_ints_size(batch)));
+  pack_batch_ints(batch, host.data());
+  platform.copy(device, host.data(), host.size() * sizeof(int32_t),
+                platform::CopyKind::kHostToDevice);
+  return batch_ints_at(batch, device);
+}
 
 ForwardBatch make_forward_batch(ForwardMode mode, const std::vector<ForwardRequest>& requests,
                                 std::vector<int32_t> out_cache_loc,

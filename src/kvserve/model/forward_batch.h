@@ -12,6 +12,7 @@
 
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
+#include "kvserve/platform/platform.h"
 
 namespace kvserve::model {
 
@@ -59,6 +60,25 @@ struct ForwardRequest {
   int32_t prefix_len = 0;              // positions already in the KV cache
   std::vector<int32_t> new_token_ids;  // tokens at positions [prefix_len, prefix_len + n)
 };
+
+// The batch's per-token integers on the device: what the model's embedding, rope and logits
+// gather read. One packed block, input_ids [n] | positions [n] | logits_indices [rows].
+struct DeviceBatchInts {
+  const int32_t* input_ids = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* logits_indices = nullptr;
+};
+
+// How many int32 the packed block of `batch` takes: 2 * num_tokens + logits rows.
+int64_t batch_ints_size(const ForwardBatch& batch);
+// Packs input_ids | positions | logits_indices into host[0, batch_ints_size).
+void pack_batch_ints(const ForwardBatch& batch, int32_t* host);
+// Where the three arrays of `batch` are in a device copy of its packed block at `device`.
+DeviceBatchInts batch_ints_at(const ForwardBatch& batch, const int32_t* device);
+// The batch's integers reach the device in one copy: packs them into `host` (resized) and copies
+// them to `device` (room for batch_ints_size ints), queued on the platform's current stream.
+DeviceBatchInts upload_batch_ints(platform::Platform& platform, const ForwardBatch& batch,
+                                  std::vector<int32_t>& host, int32_t* device);
 
 // Fills every derived field from the requests and their freshly allocated slots
 // (`out_cache_loc`, request-major). Decode when every request computes one token and `decode`.

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "kvserve/core/logging.h"
 #include "kvserve/core/progress.h"
 
 #include <fmt/format.h>
@@ -27,7 +28,13 @@ std::string mib(size_t bytes) {
 
 }  // namespace
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  graphs_.reset();
+  if (stream_ != nullptr) {
+    stream_->synchronize();
+    platform_->set_current_stream({});  // the stream goes before the platform
+  }
+}
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::path& model_dir,
                                                          const ModelRunnerOptions& o) {
@@ -38,10 +45,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     return invalid_argument("--mem-fraction-static must be in (0, 1), got {}",
                             o.mem_fraction_static);
   }
+  if (o.cuda_graph_max_bs < 0) {
+    return invalid_argument("--cuda-graph-max-bs must be >= 1, got {}", o.cuda_graph_max_bs);
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   r->page_size_ = o.page_size;
   KV_ASSIGN_OR_RETURN(const Device device, platform::parse_device(o.device));
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
+  if (!device.is_cpu()) {
+    r->stream_ = std::make_unique<platform::Stream>(*r->platform_);
+    r->platform_->set_current_stream(r->stream_->handle());
+  }
   KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
   KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(model_dir));
   {
@@ -110,6 +124,24 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
                        : on_cpu                   ? kCpuDefaultMaxRunning
                                                   : kGpuDefaultMaxRunning;
   r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(rows, r->context_len_ + kContextSlack);
+
+  if (!on_cpu && !o.disable_cuda_graph) {
+    if (!r->backend_->supports_decode_graphs()) {
+      KV_LOG_INFO("attention backend {} has no decode graphs: decode runs eagerly",
+                  r->backend_->name());
+    } else {
+      const int32_t max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : kDefaultCudaGraphMaxBs;
+      auto graphs =
+          DecodeGraphRunner::create(*r->platform_, r->stream_->handle(), *r->model_, *r->backend_,
+                                    *r->req_to_token_, *r->kv_pool_, max_bs);
+      if (!graphs.is_ok()) {
+        return make_status(graphs.status().code(), "{} (--disable-cuda-graph runs without graphs)",
+                           graphs.status().message());
+      }
+      r->graphs_ = std::move(graphs).value();
+      KV_LOG_INFO("{}", r->graphs_->summary());
+    }
+  }
   return r;
 }
 
@@ -119,12 +151,27 @@ void ModelRunner::prepare(ForwardBatch& batch) {
   backend_->init_forward_metadata(batch);
 }
 
+bool ModelRunner::use_graph(ForwardBatch& batch) {
+  if (graphs_ == nullptr || !graphs_enabled_ || !graphs_->can_run(batch)) return false;
+  batch.req_to_token = req_to_token_.get();
+  batch.kv_pool = kv_pool_.get();
+  return true;
+}
+
 void ModelRunner::forward(ForwardBatch& batch, std::vector<float>& logits) {
+  if (use_graph(batch)) {
+    graphs_->replay(batch, &logits, nullptr);
+    return;
+  }
   prepare(batch);
   model_->forward(batch, *backend_, logits);
 }
 
 void ModelRunner::forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens) {
+  if (use_graph(batch)) {
+    graphs_->replay(batch, nullptr, &tokens);
+    return;
+  }
   prepare(batch);
   model_->forward_greedy(batch, *backend_, tokens);
 }
@@ -133,13 +180,14 @@ std::string ModelRunner::summary() const {
   const mem::KvPoolConfig& p = kv_pool_->config();
   return fmt::format(
       "{} {} on {}: weights {}; KV cache {} x {} tokens ({}), page size {}; "
-      "max_running_requests {}, context {}; attention backend {}",
+      "max_running_requests {}, context {}; attention backend {}{}",
       config().architecture_name,
       fmt::format("{}L/{}H/{}KV", config().num_hidden_layers, config().num_attention_heads,
                   config().num_key_value_heads),
       platform_->device().to_string(), mib(model_->weight_bytes()), dtype_name(p.dtype), p.size,
       mib(p.bytes_per_token() * (p.size + p.page_size)), p.page_size, req_to_token_->size(),
-      context_len_, backend_->name());
+      context_len_, backend_->name(),
+      graphs_ != nullptr ? fmt::format("; decode graphs bs 1..{}", graphs_->max_bs()) : "");
 }
 
 }  // namespace kvserve::model

@@ -2,8 +2,10 @@
 //
 // create() reads the checkpoint directory (config.json, safetensors), loads the weights, sizes the
 // KV pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights),
-// and creates the request-to-token table, the slot allocator and the attention backend. The
-// prefix cache belongs to whoever schedules (it is created on top of these pools).
+// and creates the request-to-token table, the slot allocator and the attention backend; on a
+// device platform it runs everything on a stream of its own and, unless --disable-cuda-graph,
+// captures the decode graphs (decode_graph_runner.h) once the pools exist. The prefix cache
+// belongs to whoever schedules (it is created on top of these pools).
 #pragma once
 
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/causal_lm.h"
+#include "kvserve/model/decode_graph_runner.h"
 
 namespace kvserve::model {
 
@@ -29,6 +32,10 @@ struct ModelRunnerOptions {
   int32_t max_running_requests = 0;  // 0: the device's default (CPU: 64, CUDA: 256)
   int64_t context_length = 0;        // 0: the config's max_position_embeddings
   bool show_progress = false;        // a progress bar on stderr while weights load
+  // Decode graphs (decode_graph_runner.h) on device platforms whose attention backend has them:
+  // batches of up to this many requests (0: kDefaultCudaGraphMaxBs; at most the request rows).
+  int32_t cuda_graph_max_bs = 0;
+  bool disable_cuda_graph = false;  // every forward eager
 };
 
 class ModelRunner {
@@ -48,10 +55,17 @@ class ModelRunner {
   int32_t context_len() const { return context_len_; }
   int32_t max_running_requests() const { return req_to_token_->size(); }
 
-  // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab].
+  // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab]. A decode
+  // batch that fits a captured graph replays it instead (same kernels, padded to the bucket).
   void forward(ForwardBatch& batch, std::vector<float>& logits);
   // The same, keeping only each row's argmax (computed on the device).
   void forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens);
+
+  // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
+  // without them.
+  const DecodeGraphRunner* decode_graphs() const { return graphs_.get(); }
+  // Tests: false runs every forward eagerly on the same runner (graphs stay captured).
+  void set_decode_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
 
   // "KV cache: f32, 131072 tokens (12.0 MiB), page size 16; weights 5.3 MiB; backend cpu"
   std::string summary() const;
@@ -60,13 +74,20 @@ class ModelRunner {
   ModelRunner() = default;
   // Points the batch at this runner's pools and builds the backend's metadata (once per forward).
   void prepare(ForwardBatch& batch);
+  // Whether `batch` replays a decode graph (pointing it at the pools when it does).
+  bool use_graph(ForwardBatch& batch);
 
   std::unique_ptr<platform::Platform> platform_;
+  // Device platforms: the stream every forward of this runner runs on (the platform's current
+  // stream), so that eager forwards and graph replays are ordered and graphs can be captured.
+  std::unique_ptr<platform::Stream> stream_;
   std::unique_ptr<CausalLM> model_;
   std::unique_ptr<mem::ReqToTokenPool> req_to_token_;
   std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;
   std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;
   std::unique_ptr<attention::AttentionBackend> backend_;
+  std::unique_ptr<DecodeGraphRunner> graphs_;  // last: destroyed first
+  bool graphs_enabled_ = true;
   int32_t page_size_ = 1;
   int32_t context_len_ = 0;
 };

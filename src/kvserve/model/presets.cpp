@@ -144,6 +144,7 @@ const std::vector<Preset>& presets() {
                                           llama32_1b(),
                                           llama31_8b(),
                                           whisper_tiny_shape_preset(),
+                                          whisper_large_v2_shape_preset(),
                                           whisper_test_preset()};
   return all;
 }

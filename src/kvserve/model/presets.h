@@ -31,7 +31,7 @@ struct Preset {
 };
 
 // "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape, whisper-tiny-shape,
-// whisper-test"
+// whisper-large-v2-shape, whisper-test"
 std::vector<std::string> preset_names();
 // nullptr for an unknown name.
 const Preset* find_preset(std::string_view name);

@@ -122,6 +122,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
       encoder_lens[b] = c.max_source_positions;
     }
   }
+  if (o.on_progress) o.on_progress(WhisperGeneratePoint::kEncoded);
 
   // Prefill: each row gets [encoder region | prompt].
   const mem::KvMemory memory = runner.memory();
@@ -171,7 +172,8 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
       const int32_t token = argmax(row);
       res.tokens.push_back(token);
       const auto len = static_cast<int32_t>(res.prompt.size() + res.tokens.size());
-      const bool stop = std::find(eos.begin(), eos.end(), token) != eos.end() || len >= limits[b];
+      const bool is_eos = std::find(eos.begin(), eos.end(), token) != eos.end();
+      const bool stop = (is_eos && !o.ignore_eos) || len >= limits[b];
       if (stop) {
         release.release(states[b]);
       } else {
@@ -179,6 +181,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
       }
     }
     active = std::move(next);
+    if (o.on_progress) o.on_progress(WhisperGeneratePoint::kPicked);
     if (active.empty()) break;
     // Decode: the last token of each active request at decoder position len - 1.
     ptrs.clear();

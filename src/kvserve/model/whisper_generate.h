@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,11 +18,19 @@
 
 namespace kvserve::model {
 
+// Where whisper_greedy_generate reports its progress (bench-one-batch times the phases):
+// kEncoded once every encoder output is in device memory (before any KV is allocated), kPicked
+// after each step's tokens are picked (the first one ends the prefill, each later one a decode
+// step).
+enum class WhisperGeneratePoint { kEncoded, kPicked };
+
 struct WhisperGenerateOptions {
   std::string language = "en";      // "en" or "<|en|>"; multilingual models only
   std::string task = "transcribe";  // or "translate"; multilingual models only
   int32_t max_new_tokens = 0;       // 0: until max_length
   bool keep_logits = false;         // keep each step's raw logits (before suppression)
+  bool ignore_eos = false;          // stop only at the length limit (benchmarks: a fixed batch)
+  std::function<void(WhisperGeneratePoint)> on_progress = nullptr;  // optional
 };
 
 struct WhisperRequest {

@@ -4,12 +4,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
 
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
+#include "kvserve/platform/ops/varlen_attention.h"
 #include "kvserve/platform/ops/whisper_ops.h"
 
 namespace kvserve::model {
@@ -18,21 +20,36 @@ struct WhisperModel::Norm {
   Tensor weight, bias;  // [d_model]
 };
 
+// A projection: weight [out, in], bias [out] (empty where the checkpoint has none).
+struct WhisperModel::Linear {
+  Tensor w, b;
+};
+
+// A pre-LN attention sublayer: <name>_layer_norm, then <name>.{q,k,v,out}_proj. The encoder
+// stacks q/k/v into `qkv` (one GEMM); the decoder keeps them apart (cross-attention projects
+// the queries and the keys/values from different inputs).
+struct WhisperModel::Attention {
+  Norm norm;
+  Linear q, k, v;
+  Linear qkv;  // [3 * d, d], bias [3 * d] (k_proj has no bias: zeros)
+  Linear o;
+};
+
+// The pre-LN feed-forward sublayer: final_layer_norm, fc1, GELU, fc2.
+struct WhisperModel::Ffn {
+  Norm norm;
+  Linear fc1, fc2;
+};
+
 struct WhisperModel::EncoderLayer {
-  Tensor qkv_w, qkv_b;  // [3 * d, d], [3 * d] (k_proj has no bias: zeros)
-  Tensor o_w, o_b;
-  Norm attn_norm;
-  Tensor fc1_w, fc1_b, fc2_w, fc2_b;
-  Norm ffn_norm;
+  Attention self_attn;
+  Ffn ffn;
 };
 
 struct WhisperModel::DecoderLayer {
-  Tensor q_w, q_b, k_w, v_w, v_b, o_w, o_b;  // self-attention
-  Norm self_norm;
-  Tensor cq_w, cq_b, ck_w, cv_w, cv_b, co_w, co_b;  // cross-attention (encoder_attn)
-  Norm cross_norm;
-  Tensor fc1_w, fc1_b, fc2_w, fc2_b;
-  Norm ffn_norm;
+  Attention self_attn;
+  Attention cross_attn;  // encoder_attn
+  Ffn ffn;
 };
 
 // Activations in the compute dtype on the platform, grown to the largest call seen: the encoder's
@@ -77,11 +94,11 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
-// One part of a loaded tensor: a checkpoint tensor, or `zero_rows` rows of zeros (the missing
-// k_proj bias of a merged q/k/v bias).
+// One row block of a loaded tensor: checkpoint tensor `name` of `rows` rows, or `rows` rows of
+// zeros when `name` is empty (the missing k_proj bias of a stacked q/k/v bias).
 struct Part {
   std::string name;
-  int64_t zero_rows = 0;
+  int64_t rows = 0;
 };
 
 // Copies checkpoint tensors (any float dtype) into consecutive row blocks of one tensor of the
@@ -93,9 +110,11 @@ class Loader {
 
   // `scale` multiplies every element in f32 (the pre-scaled embedding table).
   Result<Tensor> load(const std::string& name, std::vector<int64_t> shape, float scale = 1.0f) {
-    return load_parts({Part{name}}, std::move(shape), scale);
+    const int64_t rows = shape.at(0);
+    return load_parts({Part{name, rows}}, std::move(shape), scale);
   }
 
+  // Part i must have shape [parts[i].rows, shape[1:]...]; the parts' rows add up to shape[0].
   Result<Tensor> load_parts(const std::vector<Part>& parts, std::vector<int64_t> shape,
                             float scale = 1.0f) {
     KV_ASSIGN_OR_RETURN(Tensor out, platform_.empty(dtype_, shape, /*zero=*/true));
@@ -106,7 +125,7 @@ class Loader {
     int64_t row = 0;
     for (const Part& part : parts) {
       if (part.name.empty()) {
-        row += part.zero_rows;
+        row += part.rows;
         continue;
       }
       KV_ASSIGN_OR_RETURN(WeightView w, store_.get(part.name));
@@ -115,11 +134,8 @@ class Loader {
                                 part.name, dtype_name(w.dtype));
       }
       std::vector<int64_t> expected = shape;
-      if (parts.size() > 1) expected[0] = w.shape.empty() ? 0 : w.shape[0];
-      const bool ok = w.shape.size() == shape.size() &&
-                      std::equal(w.shape.begin() + 1, w.shape.end(), shape.begin() + 1) &&
-                      row + w.shape[0] <= shape[0] && (parts.size() > 1 || w.shape == shape);
-      if (!ok) {
+      expected[0] = part.rows;
+      if (w.shape != expected) {
         return invalid_argument("{}: tensor {} has shape {}, expected {}", w.file, part.name,
                                 shape_str(w.shape), shape_str(expected));
       }
@@ -138,7 +154,7 @@ class Loader {
       }
       platform_.copy(out.data_as<uint8_t>() + row * row_elems * elem, src, n * elem,
                      platform::CopyKind::kHostToDevice);
-      row += w.shape[0];
+      row += part.rows;
       bytes_ += n * elem;
     }
     KV_CHECK_EQ(row, shape[0], "parts do not fill the tensor");
@@ -156,6 +172,14 @@ class Loader {
   size_t bytes_ = 0;
 };
 
+// WhisperAttention's input projections, in the order the encoder stacks them; k_proj has no bias.
+struct Projection {
+  const char* name;
+  bool bias;
+};
+constexpr std::array<Projection, 3> kQkvProjections{
+    {{"q_proj", true}, {"k_proj", false}, {"v_proj", true}}};
+
 }  // namespace
 
 WhisperModel::WhisperModel(const WhisperConfig& config, platform::Platform& platform)
@@ -172,11 +196,62 @@ Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
   std::unique_ptr<WhisperModel> m(new WhisperModel(c, platform));
   Loader l(weights, platform, m->dtype_);
   const int64_t d = c.d_model;
-  const auto norm = [&](const std::string& p, Norm& out) -> Status {
-    KV_ASSIGN_OR_RETURN(out.weight, l.load(p + ".weight", {d}));
-    KV_ASSIGN_OR_RETURN(out.bias, l.load(p + ".bias", {d}));
-    return Status::ok();
+  // Tensor names are transformers' WhisperForConditionalGeneration state dict.
+  const auto load_norm = [&](const std::string& name) -> Result<Norm> {
+    Norm n;
+    KV_ASSIGN_OR_RETURN(n.weight, l.load(name + ".weight", {d}));
+    KV_ASSIGN_OR_RETURN(n.bias, l.load(name + ".bias", {d}));
+    return n;
   };
+  // The projections `projections` of `prefix` (weights [rows, in] each) stacked into one weight
+  // and one bias: zeros for a projection without a bias, empty when none of them has one.
+  const auto load_linear = [&](const std::string& prefix, std::span<const Projection> projections,
+                               int64_t rows, int64_t in) -> Result<Linear> {
+    const auto total = static_cast<int64_t>(projections.size()) * rows;
+    std::vector<Part> weight_parts, bias_parts;
+    bool any_bias = false;
+    for (const Projection& p : projections) {
+      weight_parts.push_back({prefix + p.name + ".weight", rows});
+      bias_parts.push_back({p.bias ? prefix + p.name + ".bias" : "", rows});
+      any_bias = any_bias || p.bias;
+    }
+    Linear out;
+    KV_ASSIGN_OR_RETURN(out.w, l.load_parts(weight_parts, {total, in}));
+    if (any_bias) {
+      KV_ASSIGN_OR_RETURN(out.b, l.load_parts(bias_parts, {total}));
+    }
+    return out;
+  };
+  const auto load_one = [&](const std::string& prefix, const char* name, int64_t rows, int64_t in,
+                            bool bias = true) -> Result<Linear> {
+    const Projection p{name, bias};
+    return load_linear(prefix, std::span(&p, 1), rows, in);
+  };
+  const auto load_attention = [&](const std::string& layer, const std::string& name,
+                                  bool stacked) -> Result<Attention> {
+    Attention a;
+    const std::string p = layer + name + ".";
+    KV_ASSIGN_OR_RETURN(a.norm, load_norm(layer + name + "_layer_norm"));
+    if (stacked) {
+      KV_ASSIGN_OR_RETURN(a.qkv, load_linear(p, kQkvProjections, d, d));
+    } else {
+      Linear* separate[] = {&a.q, &a.k, &a.v};
+      for (size_t i = 0; i < kQkvProjections.size(); ++i) {
+        const Projection& x = kQkvProjections[i];
+        KV_ASSIGN_OR_RETURN(*separate[i], load_one(p, x.name, d, d, x.bias));
+      }
+    }
+    KV_ASSIGN_OR_RETURN(a.o, load_one(p, "out_proj", d, d));
+    return a;
+  };
+  const auto load_ffn = [&](const std::string& layer, int64_t dim) -> Result<Ffn> {
+    Ffn f;
+    KV_ASSIGN_OR_RETURN(f.norm, load_norm(layer + "final_layer_norm"));
+    KV_ASSIGN_OR_RETURN(f.fc1, load_one(layer, "fc1", dim, d));
+    KV_ASSIGN_OR_RETURN(f.fc2, load_one(layer, "fc2", d, dim));
+    return f;
+  };
+
   const std::string enc = "model.encoder.";
   KV_ASSIGN_OR_RETURN(m->conv1_w_, l.load(enc + "conv1.weight", {d, c.num_mel_bins, 3}));
   KV_ASSIGN_OR_RETURN(m->conv1_b_, l.load(enc + "conv1.bias", {d}));
@@ -188,23 +263,11 @@ Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
   for (int32_t i = 0; i < c.encoder_layers; ++i) {
     EncoderLayer& e = m->encoder_layers_[i];
     const std::string p = fmt::format("{}layers.{}.", enc, i);
-    const std::string a = p + "self_attn.";
-    KV_ASSIGN_OR_RETURN(
-        e.qkv_w, l.load_parts({{a + "q_proj.weight"}, {a + "k_proj.weight"}, {a + "v_proj.weight"}},
-                              {3 * d, d}));
-    KV_ASSIGN_OR_RETURN(e.qkv_b,
-                        l.load_parts({{a + "q_proj.bias"}, {"", d}, {a + "v_proj.bias"}}, {3 * d}));
-    KV_ASSIGN_OR_RETURN(e.o_w, l.load(a + "out_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.o_b, l.load(a + "out_proj.bias", {d}));
-    KV_RETURN_IF_ERROR(norm(p + "self_attn_layer_norm", e.attn_norm));
-    KV_ASSIGN_OR_RETURN(e.fc1_w, l.load(p + "fc1.weight", {c.encoder_ffn_dim, d}));
-    KV_ASSIGN_OR_RETURN(e.fc1_b, l.load(p + "fc1.bias", {c.encoder_ffn_dim}));
-    KV_ASSIGN_OR_RETURN(e.fc2_w, l.load(p + "fc2.weight", {d, c.encoder_ffn_dim}));
-    KV_ASSIGN_OR_RETURN(e.fc2_b, l.load(p + "fc2.bias", {d}));
-    KV_RETURN_IF_ERROR(norm(p + "final_layer_norm", e.ffn_norm));
+    KV_ASSIGN_OR_RETURN(e.self_attn, load_attention(p, "self_attn", /*stacked=*/true));
+    KV_ASSIGN_OR_RETURN(e.ffn, load_ffn(p, c.encoder_ffn_dim));
   }
-  m->encoder_norm_ = std::make_unique<Norm>();
-  KV_RETURN_IF_ERROR(norm(enc + "layer_norm", *m->encoder_norm_));
+  KV_ASSIGN_OR_RETURN(Norm encoder_norm, load_norm(enc + "layer_norm"));
+  m->encoder_norm_ = std::make_unique<Norm>(std::move(encoder_norm));
 
   const std::string dec = "model.decoder.";
   KV_ASSIGN_OR_RETURN(m->embed_tokens_, l.load(dec + "embed_tokens.weight", {c.vocab_size, d}));
@@ -218,41 +281,21 @@ Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
   for (int32_t i = 0; i < c.decoder_layers; ++i) {
     DecoderLayer& e = m->decoder_layers_[i];
     const std::string p = fmt::format("{}layers.{}.", dec, i);
-    const std::string s = p + "self_attn.";
-    const std::string x = p + "encoder_attn.";
-    KV_ASSIGN_OR_RETURN(e.q_w, l.load(s + "q_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.q_b, l.load(s + "q_proj.bias", {d}));
-    KV_ASSIGN_OR_RETURN(e.k_w, l.load(s + "k_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.v_w, l.load(s + "v_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.v_b, l.load(s + "v_proj.bias", {d}));
-    KV_ASSIGN_OR_RETURN(e.o_w, l.load(s + "out_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.o_b, l.load(s + "out_proj.bias", {d}));
-    KV_RETURN_IF_ERROR(norm(p + "self_attn_layer_norm", e.self_norm));
-    KV_ASSIGN_OR_RETURN(e.cq_w, l.load(x + "q_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.cq_b, l.load(x + "q_proj.bias", {d}));
-    KV_ASSIGN_OR_RETURN(e.ck_w, l.load(x + "k_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.cv_w, l.load(x + "v_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.cv_b, l.load(x + "v_proj.bias", {d}));
-    KV_ASSIGN_OR_RETURN(e.co_w, l.load(x + "out_proj.weight", {d, d}));
-    KV_ASSIGN_OR_RETURN(e.co_b, l.load(x + "out_proj.bias", {d}));
-    KV_RETURN_IF_ERROR(norm(p + "encoder_attn_layer_norm", e.cross_norm));
-    KV_ASSIGN_OR_RETURN(e.fc1_w, l.load(p + "fc1.weight", {c.decoder_ffn_dim, d}));
-    KV_ASSIGN_OR_RETURN(e.fc1_b, l.load(p + "fc1.bias", {c.decoder_ffn_dim}));
-    KV_ASSIGN_OR_RETURN(e.fc2_w, l.load(p + "fc2.weight", {d, c.decoder_ffn_dim}));
-    KV_ASSIGN_OR_RETURN(e.fc2_b, l.load(p + "fc2.bias", {d}));
-    KV_RETURN_IF_ERROR(norm(p + "final_layer_norm", e.ffn_norm));
+    KV_ASSIGN_OR_RETURN(e.self_attn, load_attention(p, "self_attn", /*stacked=*/false));
+    KV_ASSIGN_OR_RETURN(e.cross_attn, load_attention(p, "encoder_attn", /*stacked=*/false));
+    KV_ASSIGN_OR_RETURN(e.ffn, load_ffn(p, c.decoder_ffn_dim));
   }
-  m->decoder_norm_ = std::make_unique<Norm>();
-  KV_RETURN_IF_ERROR(norm(dec + "layer_norm", *m->decoder_norm_));
+  KV_ASSIGN_OR_RETURN(Norm decoder_norm, load_norm(dec + "layer_norm"));
+  m->decoder_norm_ = std::make_unique<Norm>(std::move(decoder_norm));
   m->weight_bytes_ = l.bytes();
   return m;
 }
 
-void WhisperModel::linear(const void* a, const Tensor& w, const Tensor* bias, void* out,
-                          int64_t rows, int64_t cols, int64_t k, int64_t lda) {
+void WhisperModel::linear(const void* a, const Linear& w, void* out, int64_t rows, int64_t cols,
+                          int64_t k, int64_t lda) {
   ops::gemm(platform_, {.a = a,
-                        .b = w.data(),
-                        .bias = bias != nullptr && !bias->empty() ? bias->data() : nullptr,
+                        .b = w.w.data(),
+                        .bias = w.b.empty() ? nullptr : w.b.data(),
                         .c = out,
                         .dtype = dtype_,
                         .m = rows,
@@ -275,6 +318,15 @@ void WhisperModel::layer_norm(const void* x, void* residual, const Norm& norm, v
                               .cols = config_.d_model,
                               .x_stride = config_.d_model,
                               .eps = static_cast<float>(config_.layer_norm_eps)});
+}
+
+void WhisperModel::feed_forward(const Ffn& ffn, void* delta, void* residual, void* normed,
+                                void* hidden, int64_t rows, int64_t dim) {
+  const int64_t d = config_.d_model;
+  layer_norm(delta, residual, ffn.norm, normed, rows);
+  linear(normed, ffn.fc1, hidden, rows, dim, d, d);
+  ops::gelu(platform_, {.x = hidden, .out = hidden, .dtype = dtype_, .n = rows * dim});
+  linear(hidden, ffn.fc2, delta, rows, d, dim, dim);
 }
 
 void WhisperModel::reserve_encoder() {
@@ -384,26 +436,30 @@ Status WhisperModel::encode(std::span<const float> features, void* out) {
   const int32_t head_dim = c.encoder_head_dim();
   bool pending = false;  // `delta` holds a sublayer output not yet added to `hidden`
   for (const EncoderLayer& l : encoder_layers_) {
-    layer_norm(pending ? delta : hidden, pending ? hidden : nullptr, l.attn_norm, normed, s);
-    linear(normed, l.qkv_w, &l.qkv_b, qkv, s, 3 * d, d, d);
-    ops::dense_attention(platform_, {.q = qkv,
-                                     .k = qkv + d * es,
-                                     .v = qkv + 2 * d * es,
-                                     .out = attn,
-                                     .dtype = dtype_,
-                                     .num_q = s,
-                                     .num_kv = s,
-                                     .q_stride = 3 * d,
-                                     .k_stride = 3 * d,
-                                     .v_stride = 3 * d,
-                                     .num_heads = heads,
-                                     .head_dim = head_dim,
-                                     .scaling = 1.0f / std::sqrt(static_cast<float>(head_dim))});
-    linear(attn, l.o_w, &l.o_b, delta, s, d, d, d);
-    layer_norm(delta, hidden, l.ffn_norm, normed, s);
-    linear(normed, l.fc1_w, &l.fc1_b, f, s, ffn, d, d);
-    ops::gelu(platform_, {.x = f, .out = f, .dtype = dtype_, .n = s * ffn});
-    linear(f, l.fc2_w, &l.fc2_b, delta, s, d, ffn, ffn);
+    const Attention& a = l.self_attn;
+    layer_norm(pending ? delta : hidden, pending ? hidden : nullptr, a.norm, normed, s);
+    linear(normed, a.qkv, qkv, s, 3 * d, d, d);
+    // Every position attends to every position: one sequence, not causal, over the packed rows.
+    ops::varlen_attention(platform_, {.q = qkv,
+                                      .k = qkv + d * es,
+                                      .v = qkv + 2 * d * es,
+                                      .out = attn,
+                                      .dtype = dtype_,
+                                      .num_seqs = 1,
+                                      .max_q_len = static_cast<int32_t>(s),
+                                      .num_q = s,
+                                      .num_kv = s,
+                                      .q_stride = 3 * d,
+                                      .k_stride = 3 * d,
+                                      .v_stride = 3 * d,
+                                      .out_stride = d,
+                                      .num_heads = heads,
+                                      .num_kv_heads = heads,
+                                      .head_dim = head_dim,
+                                      .scaling = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                                      .causal = false});
+    linear(attn, a.o, delta, s, d, d, d);
+    feed_forward(l.ffn, delta, hidden, normed, f, s, ffn);
     pending = true;
   }
   layer_norm(pending ? delta : hidden, pending ? hidden : nullptr, *encoder_norm_, out, s);
@@ -474,15 +530,11 @@ void WhisperModel::forward(const ForwardBatch& batch, attention::AttentionBacken
   check_reserved(st);
 
   // The batch's integers reach the device in one copy.
-  w.host_ints.resize(2 * n + rows);
-  std::copy(batch.input_ids.begin(), batch.input_ids.end(), w.host_ints.begin());
-  std::copy(batch.positions.begin(), batch.positions.end(), w.host_ints.begin() + n);
-  std::copy(batch.logits_indices.begin(), batch.logits_indices.end(), w.host_ints.begin() + 2 * n);
-  platform_.copy(w.ints.data(), w.host_ints.data(), w.host_ints.size() * sizeof(int32_t),
-                 platform::CopyKind::kHostToDevice);
-  const int32_t* ids = w.ints.data_as<int32_t>();
-  const int32_t* positions = ids + n;
-  const int32_t* logits_indices = ids + 2 * n;
+  const DeviceBatchInts in =
+      upload_batch_ints(platform_, batch, w.host_ints, w.ints.data_as<int32_t>());
+  const int32_t* ids = in.input_ids;
+  const int32_t* positions = in.positions;
+  const int32_t* logits_indices = in.logits_indices;
 
   void* h = w.h.data();
   auto* delta = w.d.data_as<uint8_t>();
@@ -523,33 +575,31 @@ void WhisperModel::forward(const ForwardBatch& batch, attention::AttentionBacken
                                     .scaling = 1.0f / std::sqrt(static_cast<float>(head_dim)),
                                     .is_cross_attention = false};
     // Causal self-attention over the decoder region.
-    layer_norm(pending ? delta : h, pending ? h : nullptr, l.self_norm, normed, n);
-    linear(normed, l.q_w, &l.q_b, q, n, d, d, d);
-    linear(normed, l.k_w, nullptr, k, n, d, d, d);
-    linear(normed, l.v_w, &l.v_b, v, n, d, d, d);
+    const Attention& sa = l.self_attn;
+    layer_norm(pending ? delta : h, pending ? h : nullptr, sa.norm, normed, n);
+    linear(normed, sa.q, q, n, d, d, d);
+    linear(normed, sa.k, k, n, d, d, d);
+    linear(normed, sa.v, v, n, d, d, d);
     backend.forward({.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_}, layer, batch);
-    linear(attn, l.o_w, &l.o_b, delta, n, d, d, d);
+    linear(attn, sa.o, delta, n, d, d, d);
     // Cross-attention over the encoder region; its K/V are stored only when computed here.
-    layer_norm(delta, h, l.cross_norm, normed, n);
-    linear(normed, l.cq_w, &l.cq_b, q, n, d, d, d);
+    const Attention& ca = l.cross_attn;
+    layer_norm(delta, h, ca.norm, normed, n);
+    linear(normed, ca.q, q, n, d, d, d);
     if (enc_rows > 0) {
-      linear(encoder_hidden, l.ck_w, nullptr, ck, enc_rows, d, d, d);
-      linear(encoder_hidden, l.cv_w, &l.cv_b, cv, enc_rows, d, d, d);
+      linear(encoder_hidden, ca.k, ck, enc_rows, d, d, d);
+      linear(encoder_hidden, ca.v, cv, enc_rows, d, d, d);
     }
     layer.is_cross_attention = true;
     backend.forward({.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_}, layer, batch);
-    linear(attn, l.co_w, &l.co_b, delta, n, d, d, d);
+    linear(attn, ca.o, delta, n, d, d, d);
     // Tokens of requests without an encoder output skip cross-attention.
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
       if (batch.encoder_len(b) != 0 || batch.extend_lens[b] == 0) continue;
       platform_.memset(delta + int64_t{batch.extend_start_loc[b]} * d * es, 0,
                        int64_t{batch.extend_lens[b]} * d * es);
     }
-    // Feed-forward.
-    layer_norm(delta, h, l.ffn_norm, normed, n);
-    linear(normed, l.fc1_w, &l.fc1_b, f, n, ffn, d, d);
-    ops::gelu(platform_, {.x = f, .out = f, .dtype = dtype_, .n = n * ffn});
-    linear(f, l.fc2_w, &l.fc2_b, delta, n, d, ffn, ffn);
+    feed_forward(l.ffn, delta, h, normed, f, n, ffn);
     pending = true;
   }
   // The rows whose logits are wanted are gathered (an embedding lookup into the activations); the

@@ -4,8 +4,9 @@
 // the f32 logits come out.
 //
 // encode(): log-mel features [num_mel_bins, 2 * max_source_positions] -> conv1 + GELU, conv2
-// (stride 2) + GELU, + sinusoidal positions, pre-LN encoder layers with dense non-causal
-// self-attention (not cached), final LayerNorm -> [max_source_positions, d_model].
+// (stride 2) + GELU, + sinusoidal positions, pre-LN encoder layers with non-causal
+// self-attention over all positions (ops::varlen_attention with one sequence; not cached), final
+// LayerNorm -> [max_source_positions, d_model].
 //
 // forward(): the decoder over a ForwardBatch whose rows are [encoder region | decoder region]
 // (mem/encoder_layout.h). Decoder layer i keeps its self-attention K/V (decoder region, from
@@ -61,15 +62,23 @@ class WhisperModel {
 
  private:
   struct Norm;
+  struct Linear;
+  struct Attention;
+  struct Ffn;
   struct EncoderLayer;
   struct DecoderLayer;
   struct Workspace;
   WhisperModel(const WhisperConfig& config, platform::Platform& platform);
 
-  // out[rows, cols] = a[rows, k] . w[cols, k]^T (+ bias)
-  void linear(const void* a, const Tensor& w, const Tensor* bias, void* out, int64_t rows,
-              int64_t cols, int64_t k, int64_t lda);
+  // out[rows, cols] = a[rows, k] . w.w[cols, k]^T (+ w.b when it has one)
+  void linear(const void* a, const Linear& w, void* out, int64_t rows, int64_t cols, int64_t k,
+              int64_t lda);
   void layer_norm(const void* x, void* residual, const Norm& norm, void* out, int64_t rows);
+  // The feed-forward sublayer of `rows` tokens: residual += delta, then
+  // delta = fc2(gelu(fc1(layer_norm(residual)))); `normed` [rows, d] and `hidden` [rows, dim]
+  // are scratch.
+  void feed_forward(const Ffn& ffn, void* delta, void* residual, void* normed, void* hidden,
+                    int64_t rows, int64_t dim);
   void reserve_encoder();  // the encoder's activations (fixed size), once
 
   WhisperConfig config_;

@@ -52,6 +52,22 @@ Preset whisper_tiny_shape_preset() {
                         c);
 }
 
+Preset whisper_large_v2_shape_preset() {
+  WhisperConfig c = whisper_base_config();
+  c.d_model = 1280;
+  c.encoder_layers = 32;
+  c.encoder_attention_heads = 20;
+  c.encoder_ffn_dim = 5120;
+  c.decoder_layers = 32;
+  c.decoder_attention_heads = 20;
+  c.decoder_ffn_dim = 5120;
+  c.max_target_positions = 448;
+  return whisper_preset(
+      "whisper-large-v2-shape",
+      "openai/whisper-large-v2's shapes: 32+32 layers, d_model 1280, 20 heads, 80 mels (1.54 B)",
+      c);
+}
+
 Preset whisper_test_preset() {
   WhisperConfig c = whisper_base_config();
   c.d_model = 64;

@@ -13,6 +13,10 @@ namespace kvserve::model {
 // openai/whisper-tiny's exact shapes: d_model 384, 4 + 4 layers, 6 heads, ffn 1536, 80 mel bins,
 // vocab 51865, 1500 source and 448 target positions.
 Preset whisper_tiny_shape_preset();
+// openai/whisper-large-v2's shapes: d_model 1280, 32 + 32 layers, 20 heads (head_dim 64), ffn
+// 5120, 80 mel bins, the same vocabulary and positions as tiny (large-v3 differs: 128 mels and
+// one more token).
+Preset whisper_large_v2_shape_preset();
 // A small model for tests: d_model 64, 2 + 2 layers, 4 heads, ffn 256, 80 mel bins, 1500 source
 // positions (the encoder still takes 3000 frames), 64 target positions, Whisper's vocabulary.
 Preset whisper_test_preset();

@@ -21,6 +21,22 @@ Result<Tensor> Platform::empty(DType dtype, std::span<const int64_t> shape, bool
   return Tensor(std::move(buf), dtype, shape);
 }
 
+Status Platform::begin_capture(StreamHandle /*stream*/) {
+  return make_status(StatusCode::kUnimplemented, "{}: no graph capture", name());
+}
+
+Result<GraphHandle> Platform::end_capture(StreamHandle /*stream*/) {
+  return make_status(StatusCode::kUnimplemented, "{}: no graph capture", name());
+}
+
+void Platform::replay(GraphHandle /*graph*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "{}: no graphs to replay", name());
+}
+
+void Platform::destroy_graph(GraphHandle /*graph*/) {
+  KV_CHECK(false, "{}: no graphs to destroy", name());
+}
+
 bool cuda_compiled() {
   return cuda::compiled();
 }

@@ -1,6 +1,7 @@
 // The hardware layer: every device call kvserve makes goes through a Platform.
 //
-// A Platform owns one device: its memory (device and pinned host), copies, streams and events.
+// A Platform owns one device: its memory (device and pinned host), copies, streams, events and
+// graphs (captured device work replayed with one launch).
 // Work submitted to a stream runs in submission order; an event recorded on one stream and
 // waited on by another orders producer before consumer (seed 002: nothing outside platform/
 // names CUDA). Kernels live beside the platform as ops (platform/ops/*) that dispatch on the
@@ -14,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvserve/core/status.h"
@@ -61,6 +63,17 @@ class Platform : public MemoryResource {
   virtual void memset(void* dst, int value, size_t bytes, StreamHandle stream = {}) = 0;
 
   // --- streams and events --------------------------------------------------------------------
+  // Work submitted with a null StreamHandle (copies, memsets, ops, event records) goes to the
+  // current stream: the device's default stream unless a caller sets one of create_stream's. A
+  // ModelRunner sets its own so that its eager forwards and its graph replays are ordered on one
+  // stream that can be captured. Not thread-safe: the thread that owns the platform sets it.
+  void set_current_stream(StreamHandle stream) { current_stream_ = stream; }
+  StreamHandle current_stream() const { return current_stream_; }
+  // `stream`, or the current stream for a null handle.
+  StreamHandle resolve(StreamHandle stream) const {
+    return stream.ptr != nullptr ? stream : current_stream_;
+  }
+
   virtual StreamHandle create_stream() = 0;
   virtual void destroy_stream(StreamHandle stream) = 0;
   virtual void synchronize_stream(StreamHandle stream) = 0;
@@ -75,6 +88,22 @@ class Platform : public MemoryResource {
   virtual bool event_done(EventHandle event) = 0;
   // Milliseconds between two recorded, completed events.
   virtual float elapsed_ms(EventHandle start, EventHandle end) = 0;
+
+  // --- graphs --------------------------------------------------------------------------------
+  // Between begin_capture and end_capture the work submitted to `stream` (one of create_stream's,
+  // never the default stream) is recorded instead of run; end_capture instantiates the recording
+  // and replay launches all of it at once, with the pointers and launch parameters it was
+  // captured with (only the contents of the memory it reads may change between replays). While
+  // capturing, the calling thread must not allocate, free, synchronize or copy from pageable host
+  // memory: CUDA captures in thread-local mode, so such a call fails the capture. A failed capture
+  // ends capture mode and returns the error. The CPU platform has no graphs (kUnimplemented).
+  virtual Status begin_capture(StreamHandle stream);
+  virtual Result<GraphHandle> end_capture(StreamHandle stream);
+  virtual void replay(GraphHandle graph, StreamHandle stream);
+  virtual void destroy_graph(GraphHandle graph);
+
+ private:
+  StreamHandle current_stream_;
 };
 
 // RAII owners for streams and events.
@@ -90,6 +119,36 @@ class Stream {
  private:
   Platform* platform_;
   StreamHandle handle_;
+};
+
+// An instantiated graph (Platform::end_capture), destroyed with its owner.
+class Graph {
+ public:
+  Graph() = default;
+  Graph(Platform& p, GraphHandle handle) : platform_(&p), handle_(handle) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  Graph(Graph&& other) noexcept { *this = std::move(other); }
+  Graph& operator=(Graph&& other) noexcept {
+    if (this != &other) {
+      reset();
+      platform_ = std::exchange(other.platform_, nullptr);
+      handle_ = std::exchange(other.handle_, GraphHandle{});
+    }
+    return *this;
+  }
+  ~Graph() { reset(); }
+  void reset() {
+    if (platform_ != nullptr && handle_.ptr != nullptr) platform_->destroy_graph(handle_);
+    platform_ = nullptr;
+    handle_ = GraphHandle{};
+  }
+  bool empty() const { return handle_.ptr == nullptr; }
+  void replay(StreamHandle stream = {}) { platform_->replay(handle_, stream); }
+
+ private:
+  Platform* platform_ = nullptr;
+  GraphHandle handle_;
 };
 
 class Event {

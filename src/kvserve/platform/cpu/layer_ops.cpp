@@ -5,17 +5,11 @@
 #include <cstring>
 
 #include "kvserve/core/check.h"
+#include "kvserve/platform/cpu/cpu_ops.h"
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
 
 namespace kvserve::ops::cpu {
-namespace {
-
-void require_f32(DType t, const char* op) {
-  KV_CHECK(t == DType::kF32, "{}: the CPU platform computes in f32, got {}", op, dtype_name(t));
-}
-
-}  // namespace
 
 void gemm(const GemmParams& p) {
   require_f32(p.dtype, "gemm");

@@ -1,5 +1,5 @@
 // CPU kernels of the Whisper layer ops (f32): row-wise loops parallel over rows with OpenMP,
-// convolution and attention through OpenBLAS.
+// convolution through OpenBLAS.
 #include <cblas.h>
 
 #include <algorithm>
@@ -7,18 +7,10 @@
 #include <vector>
 
 #include "kvserve/core/check.h"
+#include "kvserve/platform/cpu/cpu_ops.h"
 #include "kvserve/platform/ops/whisper_ops.h"
 
 namespace kvserve::ops::cpu {
-namespace {
-
-void require_f32(DType t, const char* op) {
-  KV_CHECK(t == DType::kF32, "{}: the CPU platform computes in f32, got {}", op, dtype_name(t));
-}
-
-constexpr int64_t kQueryBlock = 128;  // query rows per score block of dense_attention
-
-}  // namespace
 
 void layer_norm(const LayerNormParams& p) {
   require_f32(p.dtype, "layer_norm");
@@ -112,51 +104,6 @@ void add_position_embedding(const AddPositionEmbeddingParams& p) {
     float* xr = x + r * p.cols;
     for (int64_t c = 0; c < p.cols; ++c)
       xr[c] += e[c];
-  }
-}
-
-void dense_attention(const DenseAttentionParams& p) {
-  require_f32(p.dtype, "dense_attention");
-  KV_CHECK_GT(p.num_kv, 0, "dense attention over no keys");
-  const int64_t blocks = (p.num_q + kQueryBlock - 1) / kQueryBlock;
-  const int64_t work = blocks * p.num_heads;
-  const int64_t width = static_cast<int64_t>(p.num_heads) * p.head_dim;
-  const auto* q = static_cast<const float*>(p.q);
-  const auto* k = static_cast<const float*>(p.k);
-  const auto* v = static_cast<const float*>(p.v);
-  auto* out = static_cast<float*>(p.out);
-#pragma omp parallel
-  {
-    std::vector<float> scores(static_cast<size_t>(kQueryBlock * p.num_kv));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < work; ++w) {
-      const int64_t h = w % p.num_heads;
-      const int64_t q0 = (w / p.num_heads) * kQueryBlock;
-      const int64_t rows = std::min(kQueryBlock, p.num_q - q0);
-      const int64_t off = h * p.head_dim;
-      // scores[rows, num_kv] = scaling * q_h . k_h^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-                  static_cast<blasint>(p.num_kv), p.head_dim, p.scaling, q + q0 * p.q_stride + off,
-                  static_cast<blasint>(p.q_stride), k + off, static_cast<blasint>(p.k_stride), 0.0f,
-                  scores.data(), static_cast<blasint>(p.num_kv));
-      for (int64_t r = 0; r < rows; ++r) {
-        float* s = scores.data() + r * p.num_kv;
-        const float mx = *std::max_element(s, s + p.num_kv);
-        double sum = 0;
-        for (int64_t j = 0; j < p.num_kv; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
-        const auto inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < p.num_kv; ++j)
-          s[j] *= inv;
-      }
-      // out_h[rows, head_dim] = probs[rows, num_kv] . v_h[num_kv, head_dim]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), p.head_dim,
-                  static_cast<blasint>(p.num_kv), 1.0f, scores.data(),
-                  static_cast<blasint>(p.num_kv), v + off, static_cast<blasint>(p.v_stride), 0.0f,
-                  out + q0 * width + off, static_cast<blasint>(width));
-    }
   }
 }
 

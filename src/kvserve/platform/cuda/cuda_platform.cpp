@@ -101,12 +101,12 @@ class CudaPlatform final : public Platform {
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind, StreamHandle stream) override {
     if (bytes == 0) return;
     DeviceGuard guard(index_);
-    KV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), to_cuda(stream)));
+    KV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), to_cuda(resolve(stream))));
   }
   void memset(void* dst, int value, size_t bytes, StreamHandle stream) override {
     if (bytes == 0) return;
     DeviceGuard guard(index_);
-    KV_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, to_cuda(stream)));
+    KV_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, to_cuda(resolve(stream))));
   }
 
   StreamHandle create_stream() override {
@@ -120,7 +120,7 @@ class CudaPlatform final : public Platform {
   }
   void synchronize_stream(StreamHandle stream) override {
     DeviceGuard guard(index_);
-    KV_CUDA_CHECK(cudaStreamSynchronize(to_cuda(stream)));
+    KV_CUDA_CHECK(cudaStreamSynchronize(to_cuda(resolve(stream))));
   }
   void synchronize() override {
     DeviceGuard guard(index_);
@@ -138,11 +138,11 @@ class CudaPlatform final : public Platform {
   }
   void record_event(EventHandle event, StreamHandle stream) override {
     DeviceGuard guard(index_);
-    KV_CUDA_CHECK(cudaEventRecord(to_cuda(event), to_cuda(stream)));
+    KV_CUDA_CHECK(cudaEventRecord(to_cuda(event), to_cuda(resolve(stream))));
   }
   void stream_wait_event(StreamHandle stream, EventHandle event) override {
     DeviceGuard guard(index_);
-    KV_CUDA_CHECK(cudaStreamWaitEvent(to_cuda(stream), to_cuda(event), 0));
+    KV_CUDA_CHECK(cudaStreamWaitEvent(to_cuda(resolve(stream)), to_cuda(event), 0));
   }
   void synchronize_event(EventHandle event) override {
     KV_CUDA_CHECK(cudaEventSynchronize(to_cuda(event)));
@@ -157,6 +157,57 @@ class CudaPlatform final : public Platform {
     float ms = 0;
     KV_CUDA_CHECK(cudaEventElapsedTime(&ms, to_cuda(start), to_cuda(end)));
     return ms;
+  }
+
+  // Thread-local capture: an unsafe call (cudaMalloc, a synchronization, a pageable copy) made by
+  // this thread while it captures fails instead of silently escaping the graph; other threads
+  // are not affected.
+  Status begin_capture(StreamHandle stream) override {
+    if (stream.ptr == nullptr) {
+      return invalid_argument("cuda:{}: capture needs a stream of create_stream, not the default",
+                              index_);
+    }
+    DeviceGuard guard(index_);
+    const cudaError_t err =
+        cudaStreamBeginCapture(to_cuda(stream), cudaStreamCaptureModeThreadLocal);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return make_status(StatusCode::kInternal, "cuda:{}: cudaStreamBeginCapture: {}", index_,
+                         cudaGetErrorString(err));
+    }
+    return Status::ok();
+  }
+  Result<GraphHandle> end_capture(StreamHandle stream) override {
+    DeviceGuard guard(index_);
+    cudaGraph_t graph = nullptr;
+    cudaError_t err = cudaStreamEndCapture(to_cuda(stream), &graph);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return make_status(StatusCode::kInternal, "cuda:{}: cudaStreamEndCapture: {}", index_,
+                         cudaGetErrorString(err));
+    }
+    cudaGraphExec_t exec = nullptr;
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+    if (err == cudaSuccess) err = cudaGraphUpload(exec, to_cuda(stream));
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      return make_status(StatusCode::kInternal, "cuda:{}: instantiating the graph: {}", index_,
+                         cudaGetErrorString(err));
+    }
+    return GraphHandle{exec};
+  }
+  void replay(GraphHandle graph, StreamHandle stream) override {
+    DeviceGuard guard(index_);
+    KV_CUDA_CHECK(
+        cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.ptr), to_cuda(resolve(stream))));
+  }
+  void destroy_graph(GraphHandle graph) override {
+    if (graph.ptr != nullptr) {
+      KV_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph.ptr)));
+    }
   }
 
  private:

@@ -79,10 +79,6 @@ void add_position_embedding(const ops::AddPositionEmbeddingParams& /*params*/,
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
-void dense_attention(const ops::DenseAttentionParams& /*params*/, StreamHandle /*stream*/) {
-  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
-}
-
 void gather_kv(const ops::GatherKvParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }

@@ -37,7 +37,6 @@ void layer_norm(const ops::LayerNormParams& params, StreamHandle stream);
 void gelu(const ops::GeluParams& params, StreamHandle stream);
 void conv1d(const ops::Conv1dParams& params, StreamHandle stream);
 void add_position_embedding(const ops::AddPositionEmbeddingParams& params, StreamHandle stream);
-void dense_attention(const ops::DenseAttentionParams& params, StreamHandle stream);
 
 // Attention over contiguous K/V (varlen_attention.cu): the K/V gather from the pool and the
 // variable-length kernel (causal or not).

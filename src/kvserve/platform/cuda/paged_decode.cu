@@ -41,8 +41,15 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kLanes;
   const int grp = threadIdx.x / kLanes;
   const int seq = p.seq_lens[b];
-  const int begin = split * p.tokens_per_split;
-  const int end = min(seq, begin + p.tokens_per_split);
+  int split_len = p.tokens_per_split;
+  if (p.min_tokens_per_split > 0) {
+    // This request's own splits: past the last one a block finds no tokens (an empty partial).
+    const int splits =
+        min(p.num_splits, max(1, (seq + p.min_tokens_per_split - 1) / p.min_tokens_per_split));
+    split_len = max(1, (seq + splits - 1) / splits);
+  }
+  const int begin = split * split_len;
+  const int end = min(seq, begin + split_len);
 
   // The group's queries, this lane's 8 dimensions, pre-scaled into the log2 domain.
   float q[GROUP][kVec];

@@ -1,7 +1,7 @@
 // CUDA kernels of Whisper's layer ops (whisper_ops_params.h): f32, f16 or bf16 storage, f32
 // arithmetic, each result rounded once. The element type is dispatched to a template at one
 // boundary (`dispatch_dtype`). conv1d is an im2col kernel into the caller's workspace followed by
-// a cuBLASLt GEMM on the same stream; dense attention is varlen_attention's one-sequence case.
+// a cuBLASLt GEMM on the same stream. (The encoder's attention is varlen_attention.cu.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -200,30 +200,6 @@ void conv1d(const ops::Conv1dParams& p, StreamHandle stream) {
         .ldb = cols,
         .ldc = p.out_channels},
        stream);
-}
-
-void dense_attention(const ops::DenseAttentionParams& p, StreamHandle stream) {
-  KV_CHECK_MSG(p.num_kv > 0, "dense attention over no keys");
-  const int64_t width = static_cast<int64_t>(p.num_heads) * p.head_dim;
-  varlen_attention({.q = p.q,
-                    .k = p.k,
-                    .v = p.v,
-                    .out = p.out,
-                    .dtype = p.dtype,
-                    .num_seqs = 1,
-                    .max_q_len = static_cast<int32_t>(p.num_q),
-                    .num_q = p.num_q,
-                    .num_kv = p.num_kv,
-                    .q_stride = p.q_stride,
-                    .k_stride = p.k_stride,
-                    .v_stride = p.v_stride,
-                    .out_stride = width,
-                    .num_heads = p.num_heads,
-                    .num_kv_heads = p.num_heads,
-                    .head_dim = p.head_dim,
-                    .scaling = p.scaling,
-                    .causal = false},
-                   stream);
 }
 
 }  // namespace kvserve::platform::cuda

@@ -37,7 +37,7 @@ void store_kv(platform::Platform& platform, const KvStoreParams& params,
       cpu::store_kv(params);
       return;
     case DeviceKind::kCuda:
-      platform::cuda::store_kv(params, stream);
+      platform::cuda::store_kv(params, platform.resolve(stream));
       return;
   }
 }

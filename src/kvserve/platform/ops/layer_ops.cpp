@@ -3,26 +3,10 @@
 #include <algorithm>
 
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/ops/dispatch.h"
 #include "kvserve/platform/ops/gemm.h"
 
 namespace kvserve::ops {
-namespace {
-
-// The one boundary where an op meets a platform: the CPU kernels run on the calling thread, the
-// CUDA ones are queued on `stream`.
-template <typename Params>
-void dispatch(platform::Platform& p, const Params& params, platform::StreamHandle stream,
-              void (*on_cpu)(const Params&),
-              void (*on_cuda)(const Params&, platform::StreamHandle)) {
-  switch (p.device().kind) {
-    case DeviceKind::kCpu:
-      return on_cpu(params);
-    case DeviceKind::kCuda:
-      return on_cuda(params, stream);
-  }
-}
-
-}  // namespace
 
 void gemm(platform::Platform& p, const GemmParams& params, platform::StreamHandle stream) {
   // cuBLASLt's bias epilogue takes a bias of the output's type: an f32 output from 16-bit inputs
@@ -58,7 +42,7 @@ void split_qkv_rope(platform::Platform& p, const SplitQkvRopeParams& params,
 void argmax_rows(platform::Platform& p, const float* logits, int64_t rows, int64_t vocab,
                  int32_t* out, platform::StreamHandle stream) {
   if (p.device().kind == DeviceKind::kCuda) {
-    platform::cuda::argmax_rows(logits, rows, vocab, out, stream);
+    platform::cuda::argmax_rows(logits, rows, vocab, out, p.resolve(stream));
     return;
   }
   for (int64_t r = 0; r < rows; ++r) {

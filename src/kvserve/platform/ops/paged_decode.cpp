@@ -25,6 +25,7 @@ PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t nu
       std::max<int64_t>(1, (max_seq_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
   plan.num_splits = static_cast<int32_t>(std::clamp<int64_t>(want, 1, most));
   plan.tokens_per_split = std::max(1, (max_seq_len + plan.num_splits - 1) / plan.num_splits);
+  plan.min_tokens_per_split = kMinTokensPerSplit;
   if (plan.num_splits > 1) {
     plan.workspace_floats = static_cast<size_t>(batch) * num_q_heads * plan.num_splits *
                             (static_cast<size_t>(head_dim) + 1);
@@ -42,7 +43,7 @@ void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
            "paged decode attention runs on CUDA; the CPU platform uses the cpu backend");
   KV_CHECK(params.num_splits == 1 || (params.partial_out && params.partial_lse),
            "{} splits need a workspace", params.num_splits);
-  platform::cuda::paged_decode(params, stream);
+  platform::cuda::paged_decode(params, platform.resolve(stream));
 }
 
 namespace reference {

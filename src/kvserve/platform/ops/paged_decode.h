@@ -13,12 +13,17 @@ namespace kvserve::ops {
 struct PagedDecodePlan {
   int32_t num_splits = 1;
   int32_t tokens_per_split = 0;
-  size_t workspace_floats = 0;  // partial outputs + log-sum-exps, 0 without splitting
+  int32_t min_tokens_per_split = 0;  // what per-request splits keep (PagedDecodeParams)
+  size_t workspace_floats = 0;       // partial outputs + log-sum-exps, 0 without splitting
 };
 
 // Splits each request's KV so that batch x num_kv_heads x splits blocks fill `num_sms`
 // multiprocessors about three times over, keeping at least 256 tokens per split (a split's fixed
-// cost is a merge of head_dim floats per query head).
+// cost is a merge of head_dim floats per query head). tokens_per_split cuts every request alike;
+// min_tokens_per_split (256) lets each request cut its own (the same chunks for the longest one).
+// With per-request splits a request of length L uses min(num_splits, ceil(L / 256)) splits, where
+// num_splits depends on max_seq_len only through a cap that L never reaches: a plan for the
+// largest possible max_seq_len (a decode graph's) cuts every request as the plan for its batch.
 PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                   int32_t head_dim, int32_t max_seq_len, int32_t num_sms);
 

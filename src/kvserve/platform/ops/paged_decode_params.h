@@ -10,6 +10,11 @@
 // Split-KV: each request's tokens are cut into num_splits chunks of tokens_per_split; with more
 // than one split every chunk writes a partial output and its log-sum-exp to the workspace, and a
 // merge step combines them. seq_lens[b] == 0 gives a zero output (the empty-KV guard).
+// With min_tokens_per_split > 0 each request picks its own chunks instead: as many splits as keep
+// at least min_tokens_per_split tokens each, at most num_splits, of equal length; the blocks of the
+// splits it does not use find no tokens and write an empty partial (log-sum-exp -inf, weight 0 in
+// the merge). The launch then depends only on num_splits, not on the lengths: a decode graph
+// captured for a batch size replays any lengths (model/decode_graph_runner.h).
 #pragma once
 
 #include <cstdint>
@@ -34,8 +39,9 @@ struct PagedDecodeParams {
   int32_t head_dim = 0;   // 64 or 128
   int32_t page_size = 1;  // 1, 16, 32, 64 or 128
   int32_t num_splits = 1;
-  int32_t tokens_per_split = 0;  // >= the longest sequence when num_splits == 1
-  float sm_scale = 0;            // 1 / sqrt(head_dim) usually
+  int32_t tokens_per_split = 0;      // >= the longest sequence when num_splits == 1
+  int32_t min_tokens_per_split = 0;  // > 0: per-request splits (tokens_per_split unused)
+  float sm_scale = 0;                // 1 / sqrt(head_dim) usually
 };
 
 }  // namespace kvserve::ops

@@ -8,6 +8,9 @@
 #include "kvserve/core/check.h"
 #include "kvserve/core/dtype.h"
 #include "kvserve/platform/cuda/ops.h"
+#if KVSERVE_WITH_CUDA
+#include "kvserve/platform/cuda/paged_decode_tc.h"
+#endif
 
 namespace kvserve::ops {
 
@@ -60,6 +63,94 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
   platform::cuda::paged_prefill(p, platform.resolve(stream));
 }
 
+int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim) {
+  auto valid = [](int32_t s) { return s >= 2 && s <= 4; };
+  if (valid(requested)) return requested;
+  static const int32_t from_env = [] {
+    const char* v = std::getenv("KVSERVE_DECODE_TC_STAGES");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  if (valid(from_env)) return from_env;
+  return head_dim <= 64 ? 4 : 3;
+}
+
+PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
+                                     int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
+                                     int32_t stages) {
+  constexpr int32_t kMinTokensPerSplit = 2 * kDecodeTcTileTokens;
+  constexpr int32_t kMaxSplits = 64;
+  constexpr double kGoodFill = 0.9;
+  const int64_t slots = std::max<int64_t>(
+      1, int64_t{num_sms} *
+             decode_tc_ctas_per_sm(head_dim, resolve_decode_tc_stages(stages, head_dim)));
+  const int64_t base = std::max<int64_t>(1, int64_t{batch} * num_kv_heads);
+  int32_t want = 1;
+  if (base < slots) {
+    double best = 0;
+    for (int32_t s = 1; s <= kMaxSplits; ++s) {
+      const int64_t blocks = base * s;
+      const int64_t waves = (blocks + slots - 1) / slots;
+      const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
+      if (fill > best + 1e-12) {
+        best = fill;
+        want = s;
+      }
+      if (fill >= kGoodFill) {
+        want = s;
+        break;
+      }
+    }
+  }
+  const int64_t most =
+      std::max<int64_t>(1, (int64_t{max_seq_len} + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
+  PagedDecodePlan plan;
+  plan.num_splits = static_cast<int32_t>(std::min<int64_t>(want, most));
+  const int64_t per = (std::max<int64_t>(max_seq_len, 1) + plan.num_splits - 1) / plan.num_splits;
+  plan.tokens_per_split = static_cast<int32_t>((per + kDecodeTcTileTokens - 1) /
+                                               kDecodeTcTileTokens * kDecodeTcTileTokens);
+  plan.min_tokens_per_split = kMinTokensPerSplit;
+  if (plan.num_splits > 1) {
+    plan.workspace_floats = static_cast<size_t>(batch) * num_q_heads * plan.num_splits *
+                            (static_cast<size_t>(head_dim) + 1);
+  }
+  return plan;
+}
+
+int32_t decode_tc_occupancy(platform::Platform& platform, int32_t head_dim, int32_t stages) {
+  if (platform.device().kind != DeviceKind::kCuda) return 0;
+#if KVSERVE_WITH_CUDA
+  return platform::cuda::paged_decode_tc_occupancy(head_dim,
+                                                   resolve_decode_tc_stages(stages, head_dim));
+#else
+  (void)head_dim;
+  (void)stages;
+  return 0;
+#endif
+}
+
+void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& params,
+                     platform::StreamHandle stream, int32_t stages) {
+  KV_CHECK(platform.device().kind == DeviceKind::kCuda,
+           "paged decode attention runs on CUDA; the CPU platform uses the cpu backend");
+  KV_CHECK(params.num_kv_heads > 0 && params.num_q_heads % params.num_kv_heads == 0 &&
+               params.num_q_heads / params.num_kv_heads <= 8,
+           "{} query heads over {} KV heads (GQA groups 1..8)", params.num_q_heads,
+           params.num_kv_heads);
+  KV_CHECK(params.head_dim == 64 || params.head_dim == 128, "head_dim {}: 64 or 128",
+           params.head_dim);
+  KV_CHECK(params.num_splits >= 1, "num_splits {}", params.num_splits);
+  KV_CHECK(params.num_splits == 1 || (params.partial_out && params.partial_lse),
+           "{} splits need a workspace", params.num_splits);
+#if KVSERVE_WITH_CUDA
+  platform::cuda::paged_decode_tc(params, resolve_decode_tc_stages(stages, params.head_dim),
+                                  platform.resolve(stream));
+#else
+  (void)stream;
+  (void)stages;
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+#endif
+}
+
 namespace reference {
 
 void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) {
@@ -109,6 +200,29 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
         oh[d] = visible == 0 ? 0.0f : static_cast<float>(acc[d] / sum);
     }
   }
+}
+
+void paged_decode_parallel(const PagedDecodeParams& p, float* out) {
+  std::vector<int32_t> qo_indptr(static_cast<size_t>(p.batch) + 1);
+  for (int32_t b = 0; b <= p.batch; ++b)
+    qo_indptr[b] = b;
+  PagedPrefillParams pp;
+  pp.q = p.q;
+  pp.k_cache = p.k_cache;
+  pp.v_cache = p.v_cache;
+  pp.qo_indptr = qo_indptr.data();
+  pp.page_indptr = p.page_indptr;
+  pp.page_ids = p.page_ids;
+  pp.kv_lens = p.seq_lens;
+  pp.batch = p.batch;
+  pp.total_q = p.batch;
+  pp.num_q_heads = p.num_q_heads;
+  pp.num_kv_heads = p.num_kv_heads;
+  pp.head_dim = p.head_dim;
+  pp.page_size = p.page_size;
+  pp.causal = false;  // a decode query sees all seq_lens[b] positions
+  pp.sm_scale = p.sm_scale;
+  paged_prefill(pp, out);
 }
 
 }  // namespace reference

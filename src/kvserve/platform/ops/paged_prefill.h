@@ -1,11 +1,14 @@
 // Paged prefill / extend attention (paged_prefill_params.h): many query tokens per request over
 // the request's KV read in place from the pool, on tensor cores; dispatched on the platform at
-// one boundary, with a float64 host reference.
+// one boundary, with a float64 host reference. And its decode variant (paged_decode_tc): one
+// query token per request over the decode kernel's inputs (PagedDecodeParams), with its plan.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
+#include "kvserve/platform/ops/paged_decode.h"
+#include "kvserve/platform/ops/paged_decode_params.h"
 #include "kvserve/platform/ops/paged_prefill_params.h"
 #include "kvserve/platform/platform.h"
 
@@ -25,11 +28,51 @@ std::string_view prefill_variant_name(PrefillVariant v);
 void paged_prefill(platform::Platform& platform, const PagedPrefillParams& params,
                    platform::StreamHandle stream = {});
 
+// --- Decode on tensor cores ------------------------------------------------------------------
+// The decode kernel's drop-in replacement for one query token per request (decode batches and
+// extends of one token): the same PagedDecodeParams (page_indptr / page_ids / seq_lens per query,
+// bf16 q / K / V / out, head_dim 64 or 128, GQA groups 1..8, page sizes 1..128), the same split
+// workspace layout (partial_out [batch, num_q_heads, num_splits, head_dim] f32, then partial_lse
+// [batch, num_q_heads, num_splits]) and both split modes (per-request splits when
+// min_tokens_per_split > 0, cut in whole 64-position tiles: decode_tc_split_range).
+
+// Pipeline depth (K/V tiles of 64 positions in flight per block): `requested` when 2, 3 or 4, else
+// $KVSERVE_DECODE_TC_STAGES (read once), else 3 for head_dim 128 (2 blocks per SM) and 4 for 64
+// (3 blocks per SM).
+int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim);
+
+// The split plan, in PagedDecodePlan's terms (workspace_floats as plan_paged_decode counts them).
+// Blocks are (query, KV head, split); `slots` = num_sms x decode_tc_ctas_per_sm are resident at
+// once. Without splitting, batch x num_kv_heads >= slots: one split. Otherwise the fewest splits
+// whose blocks fill their waves to >= 90 % (blocks / (ceil(blocks / slots) x slots)), else the
+// best fill, of at most 64 splits; then at most ceil(max_seq_len / 128) (two tiles per split).
+// The first choice does not depend on max_seq_len, so per-request splits (min_tokens_per_split =
+// 128) cut a request of length L into min(that, ceil(L / 128)) for any max_seq_len >= L: a decode
+// graph's plan for the longest possible request cuts every request as the eager plan does.
+// tokens_per_split: ceil(max_seq_len / num_splits) rounded up to whole tiles.
+PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
+                                     int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
+                                     int32_t stages = 0);
+
+// Blocks per SM of the kernel for (head_dim, stages) on the platform's device, from the CUDA
+// occupancy calculator (0 on the CPU); the plan assumes decode_tc_ctas_per_sm.
+int32_t decode_tc_occupancy(platform::Platform& platform, int32_t head_dim, int32_t stages = 0);
+
+// Runs on `stream`; CUDA only. Queries with seq_lens 0 get zeros (every split empty); the caller
+// keeps the empty-KV guard (no launch when the batch has no KV at all). `stages` as
+// resolve_decode_tc_stages.
+void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& params,
+                     platform::StreamHandle stream = {}, int32_t stages = 0);
+
 namespace reference {
 // The same computation on host buffers in float64 (bf16 in, float out), for tests and
 // bench-attention's error column. Computes the query rows t (of total_q) with
 // t % query_step == 0 and leaves the others of `out` ([total_q, num_q_heads, head_dim]) alone.
 void paged_prefill(const PagedPrefillParams& params, float* out, int32_t query_step = 1);
+
+// reference::paged_decode's result (`out` [batch, num_q_heads, head_dim]) through the prefill
+// reference (one non-causal query per request), parallel over queries (OpenMP).
+void paged_decode_parallel(const PagedDecodeParams& params, float* out);
 }  // namespace reference
 
 }  // namespace kvserve::ops

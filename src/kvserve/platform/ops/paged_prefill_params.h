@@ -45,4 +45,68 @@ struct PagedPrefillParams {
   PrefillVariant variant = PrefillVariant::kAuto;
 };
 
+// --- Decode on tensor cores (ops::paged_decode_tc, platform/cuda/paged_prefill.cu) ------------
+// One query token per "query" b of a PagedDecodeParams batch (paged_decode_params.h: the decode
+// kernel's inputs, workspace layout and split modes): the GQA group's heads (<= 8) are the N
+// dimension of the products, KV positions the M dimension, 64 positions per shared-memory stage.
+
+#if defined(__CUDACC__)
+#define KVSERVE_HOST_DEVICE __host__ __device__
+#else
+#define KVSERVE_HOST_DEVICE
+#endif
+
+inline constexpr int32_t kDecodeTcTileTokens = 64;   // K/V positions per pipeline stage
+inline constexpr int32_t kDecodeTcThreads = 128;     // 4 warps, 16 positions of every stage each
+inline constexpr int32_t kDecodeTcMaxCtasPerSm = 4;  // register budget: 128 per thread
+
+// Shared memory of one block: `stages` K and V tiles of kDecodeTcTileTokens x head_dim bf16.
+KVSERVE_HOST_DEVICE constexpr int64_t decode_tc_smem_bytes(int32_t head_dim, int32_t stages) {
+  return int64_t{stages} * 2 * kDecodeTcTileTokens * head_dim * 2;
+}
+
+// Blocks of the kernel that fit on one Hopper SM (228 KiB of shared memory, 1 KiB reserved per
+// block), at most kDecodeTcMaxCtasPerSm; the kernel's __launch_bounds__ asks for this many and the
+// split plan counts on it.
+KVSERVE_HOST_DEVICE constexpr int32_t decode_tc_ctas_per_sm(int32_t head_dim, int32_t stages) {
+  const int64_t per_block = decode_tc_smem_bytes(head_dim, stages) + 1024;
+  const int64_t n = int64_t{228} * 1024 / per_block;
+  return n < 1 ? 1 : (n > kDecodeTcMaxCtasPerSm ? kDecodeTcMaxCtasPerSm : static_cast<int32_t>(n));
+}
+
+struct DecodeSplitRange {
+  int32_t begin = 0;
+  int32_t end = 0;  // begin == end: an empty split (log-sum-exp -inf, weight 0 in the merge)
+};
+
+// The KV positions [begin, end) that split `split` of a query over `seq_len` positions reads in the
+// tensor-core decode kernel, for PagedDecodeParams' two split modes:
+//   * num_splits <= 1: everything;
+//   * min_tokens_per_split > 0 (per-request splits): the query uses
+//     min(num_splits, ceil(seq_len / min_tokens_per_split)) splits (at least 1), of an equal
+//     whole number of 64-position tiles each; the splits past its last tile are empty. The split
+//     count depends on seq_len only, so a decode graph's plan (num_splits for the longest possible
+//     request) cuts every request as the eager plan does;
+//   * otherwise every query is cut alike in tokens_per_split chunks, and the last split takes
+//     whatever a short tokens_per_split would leave over.
+// The ranges of splits 0..num_splits-1 are disjoint, in order, and cover [0, seq_len).
+KVSERVE_HOST_DEVICE inline DecodeSplitRange decode_tc_split_range(int32_t seq_len, int32_t split,
+                                                                  int32_t num_splits,
+                                                                  int32_t tokens_per_split,
+                                                                  int32_t min_tokens_per_split) {
+  if (num_splits <= 1) return {0, seq_len};
+  int64_t len = tokens_per_split;
+  if (min_tokens_per_split > 0) {
+    int64_t used = (int64_t{seq_len} + min_tokens_per_split - 1) / min_tokens_per_split;
+    used = used < 1 ? 1 : (used > num_splits ? num_splits : used);
+    const int64_t tiles = (int64_t{seq_len} + kDecodeTcTileTokens - 1) / kDecodeTcTileTokens;
+    len = (tiles + used - 1) / used * kDecodeTcTileTokens;
+  }
+  if (len < 1) len = 1;
+  const int64_t begin = int64_t{split} * len;
+  if (begin >= seq_len) return {seq_len, seq_len};
+  const int64_t end = split == num_splits - 1 || begin + len > seq_len ? seq_len : begin + len;
+  return {static_cast<int32_t>(begin), static_cast<int32_t>(end)};
+}
+
 }  // namespace kvserve::ops

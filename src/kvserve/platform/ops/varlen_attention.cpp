@@ -2,6 +2,7 @@
 
 #include "kvserve/core/check.h"
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/ops/dispatch.h"
 
 namespace kvserve::ops {
 namespace {
@@ -16,13 +17,12 @@ void require_cuda(const platform::Platform& p, const char* op) {
 void gather_kv(platform::Platform& p, const GatherKvParams& params, platform::StreamHandle stream) {
   if (params.num_tokens == 0) return;
   require_cuda(p, "gather_kv");
-  platform::cuda::gather_kv(params, stream);
+  platform::cuda::gather_kv(params, p.resolve(stream));
 }
 
 void varlen_attention(platform::Platform& p, const VarlenAttentionParams& params,
                       platform::StreamHandle stream) {
-  require_cuda(p, "varlen_attention");
-  platform::cuda::varlen_attention(params, stream);
+  dispatch(p, params, stream, cpu::varlen_attention, platform::cuda::varlen_attention);
 }
 
 }  // namespace kvserve::ops

@@ -1,6 +1,7 @@
 // Parameters of variable-length attention over contiguous K/V and of the gather that builds that
 // K/V from the paged pool (fmt-free, so a CUDA source may include it). The cuda-ragged backend
-// gathers each request's slots, then attends; Whisper's encoder calls the one-sequence case.
+// gathers each request's slots, then attends; Whisper's encoder calls the one-sequence case
+// (cu_q null, not causal) on its packed q|k|v rows.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,9 @@ struct GatherKvParams {
 // sequence without keys (or a causal query seeing none) yields zeros.
 // With cu_q == nullptr there is one sequence of num_q queries and num_kv keys (then cu_kv must
 // be null too). Head h of a row is columns [h * head_dim, (h + 1) * head_dim) from the row's
-// start; rows have their own strides (elements). f32 arithmetic, softmax in the log2 domain.
+// start; rows have their own strides (elements). f32 arithmetic; on CUDA the softmax is online in
+// the log2 domain, on the CPU (f32 only, any head_dim) exact per row with float64 sums. cu_q and
+// cu_kv are in the platform's memory (host memory on the CPU).
 struct VarlenAttentionParams {
   const void* q = nullptr;         // [num_q, num_heads * head_dim], row stride q_stride
   const void* k = nullptr;         // [num_kv, num_kv_heads * head_dim], row stride k_stride
@@ -50,7 +53,7 @@ struct VarlenAttentionParams {
   int64_t out_stride = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;  // 16, 32, 64 or 128
+  int32_t head_dim = 0;  // 16, 32, 64 or 128 on CUDA
   float scaling = 1.0f;
   bool causal = false;
 };

@@ -2,25 +2,9 @@
 
 #include "kvserve/core/check.h"
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/ops/dispatch.h"
 
 namespace kvserve::ops {
-namespace {
-
-// The one boundary where a Whisper op meets a platform: the CPU kernels run on the calling
-// thread, the CUDA ones are queued on `stream`.
-template <typename Params>
-void dispatch(platform::Platform& p, const Params& params, platform::StreamHandle stream,
-              void (*on_cpu)(const Params&),
-              void (*on_cuda)(const Params&, platform::StreamHandle)) {
-  switch (p.device().kind) {
-    case DeviceKind::kCpu:
-      return on_cpu(params);
-    case DeviceKind::kCuda:
-      return on_cuda(params, stream);
-  }
-}
-
-}  // namespace
 
 void layer_norm(platform::Platform& p, const LayerNormParams& params,
                 platform::StreamHandle stream) {
@@ -40,11 +24,6 @@ void conv1d(platform::Platform& p, const Conv1dParams& params, platform::StreamH
 void add_position_embedding(platform::Platform& p, const AddPositionEmbeddingParams& params,
                             platform::StreamHandle stream) {
   dispatch(p, params, stream, cpu::add_position_embedding, platform::cuda::add_position_embedding);
-}
-
-void dense_attention(platform::Platform& p, const DenseAttentionParams& params,
-                     platform::StreamHandle stream) {
-  dispatch(p, params, stream, cpu::dense_attention, platform::cuda::dense_attention);
 }
 
 }  // namespace kvserve::ops

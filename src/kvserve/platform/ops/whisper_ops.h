@@ -1,9 +1,9 @@
 // The ops of Whisper's layers that decoder-only models do not have: LayerNorm with bias (and a
-// fused residual add), exact GELU, Conv1d (the encoder's two convolutions), adding a position
-// embedding table, and dense non-causal attention (the encoder's self-attention, never cached).
+// fused residual add), exact GELU, Conv1d (the encoder's two convolutions) and adding a position
+// embedding table. (The encoder's self-attention is ops::varlen_attention over one sequence.)
 // One params struct each (whisper_ops_params.h); `dispatch` picks the platform's kernel at one
 // boundary: the CPU kernels compute f32 (cpu/whisper_ops.cpp), the CUDA ones f32, f16 or bf16 with
-// f32 arithmetic (cuda/whisper_ops.cu; dense attention is varlen_attention's one-sequence case).
+// f32 arithmetic (cuda/whisper_ops.cu).
 #pragma once
 
 #include "kvserve/platform/ops/whisper_ops_params.h"
@@ -17,15 +17,12 @@ void gelu(platform::Platform& p, const GeluParams& params, platform::StreamHandl
 void conv1d(platform::Platform& p, const Conv1dParams& params, platform::StreamHandle stream = {});
 void add_position_embedding(platform::Platform& p, const AddPositionEmbeddingParams& params,
                             platform::StreamHandle stream = {});
-void dense_attention(platform::Platform& p, const DenseAttentionParams& params,
-                     platform::StreamHandle stream = {});
 
 namespace cpu {
 void layer_norm(const LayerNormParams& params);
 void gelu(const GeluParams& params);
 void conv1d(const Conv1dParams& params);  // im2col + OpenBLAS sgemm
 void add_position_embedding(const AddPositionEmbeddingParams& params);
-void dense_attention(const DenseAttentionParams& params);  // per head and query block: sgemm
 }  // namespace cpu
 
 }  // namespace kvserve::ops

@@ -73,24 +73,4 @@ struct AddPositionEmbeddingParams {
   int64_t num_positions = 0;
 };
 
-// Dense multi-head attention over one sequence, every query attending to every key
-// (non-causal, as Whisper's encoder): for head h, out_h = softmax(scaling * q_h k_h^T) v_h.
-// Head h of a row is columns [h * head_dim, (h + 1) * head_dim); rows have their own strides.
-// On CUDA this is the one-sequence case of ops::varlen_attention (head_dim 16, 32, 64 or 128).
-struct DenseAttentionParams {
-  const void* q = nullptr;  // [num_q, num_heads * head_dim], row stride q_stride
-  const void* k = nullptr;  // [num_kv, num_heads * head_dim], row stride k_stride
-  const void* v = nullptr;  // [num_kv, num_heads * head_dim], row stride v_stride
-  void* out = nullptr;      // [num_q, num_heads * head_dim] contiguous
-  DType dtype = DType::kF32;
-  int64_t num_q = 0;
-  int64_t num_kv = 0;
-  int64_t q_stride = 0;
-  int64_t k_stride = 0;
-  int64_t v_stride = 0;
-  int32_t num_heads = 0;
-  int32_t head_dim = 0;
-  float scaling = 1.0f;
-};
-
 }  // namespace kvserve::ops

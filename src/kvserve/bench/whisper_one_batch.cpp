@@ -1,0 +1,277 @@
+#include "kvserve/bench/whisper_one_batch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "kvserve/bench/metrics.h"
+#include "kvserve/mem/common.h"
+
+namespace kvserve::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kPromptIdLimit = 10000;  // random text ids, as bench_one_batch's prompts
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Status check_list(const std::vector<int32_t>& values, const char* flag, int32_t min) {
+  if (values.empty()) return invalid_argument("{} needs at least one value", flag);
+  for (const int32_t v : values) {
+    if (v < min) return invalid_argument("{} values must be >= {}, got {}", flag, min, v);
+  }
+  return Status::ok();
+}
+
+// The decoder's length limit, prompt included, as whisper_greedy_generate computes it.
+int32_t decoder_limit(const model::WhisperRunner& runner) {
+  const int32_t target = runner.config().max_target_positions;
+  return std::min(runner.generation_config().max_length.value_or(target), target);
+}
+
+Result<int32_t> prompt_len(const model::WhisperRunner& runner, int32_t decoder_input_len) {
+  if (decoder_input_len > 0) return decoder_input_len;
+  KV_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt,
+                      model::whisper_prompt(runner.config(), runner.generation_config(), {}));
+  return static_cast<int32_t>(prompt.size());
+}
+
+}  // namespace
+
+nlohmann::json WhisperOneBatchResult::to_json() const {
+  nlohmann::json j;
+  j["run_name"] = run_name;
+  j["model_type"] = "whisper";
+  j["device"] = device;
+  j["batch_size"] = batch_size;
+  j["input_len"] = decoder_input_len;
+  j["output_len"] = output_len;
+  j["encoder_kv_layout"] = layout.layout;
+  j["page_size"] = layout.page_size;
+  j["attention_backend"] = layout.attention_backend;
+  j["encoder_len"] = layout.encoder_len;
+  j["encoder_reserved_len"] = layout.encoder_reserved_len;
+  j["padding_slots"] = layout.padding_slots;
+  j["padding_bytes"] = layout.padding_bytes;
+  j["gathers"] = layout.gathers;
+  j["gathered_bytes_per_step"] = layout.gathered_bytes_per_step;
+  j["encoder_latency"] = encoder_latency;
+  j["encoder_throughput"] = encoder_throughput;
+  j["prefill_latency"] = prefill_latency;
+  j["prefill_throughput"] = prefill_throughput;
+  if (median_decode_latency.has_value()) {
+    j["median_decode_latency"] = *median_decode_latency;
+    j["median_decode_throughput"] = *median_decode_throughput;
+  }
+  j["total_latency"] = total_latency;
+  j["overall_throughput"] = overall_throughput;
+  return j;
+}
+
+WhisperLayoutAccounting whisper_layout_accounting(model::WhisperRunner& runner,
+                                                  int32_t batch_size) {
+  const model::WhisperConfig& c = runner.config();
+  const model::WhisperRunnerOptions& o = runner.options();
+  const mem::KvPoolConfig& pool = runner.kv_pool().config();
+  WhisperLayoutAccounting a;
+  a.layout = std::string(mem::encoder_kv_layout_name(o.layout));
+  a.page_size = o.page_size;
+  a.attention_backend = std::string(runner.backend().name());
+  a.encoder_len = c.max_source_positions;
+  a.encoder_reserved_len = runner.encoder_reserved_len(a.encoder_len);
+  a.padding_slots = a.encoder_reserved_len - a.encoder_len;
+  // K and V of one position over every decoder layer.
+  const int64_t slot_bytes = int64_t{pool.num_layers} * 2 * pool.num_kv_heads * pool.head_dim *
+                             static_cast<int64_t>(dtype_size(pool.dtype));
+  a.padding_bytes = a.padding_slots * slot_bytes;
+  // cuda-ragged gathers every request's slots into contiguous K/V per layer and forward; native
+  // copies each request's row out of the pool. cpu and cuda-paged read the pool in place.
+  a.gathers = a.attention_backend == "cuda-ragged" || a.attention_backend == "native";
+  a.gathered_bytes_per_step = a.gathers ? int64_t{batch_size} * a.encoder_len * slot_bytes : 0;
+  return a;
+}
+
+Result<std::vector<model::WhisperRequest>> whisper_one_batch_requests(
+    const model::WhisperRunner& runner, int32_t batch_size, int32_t decoder_input_len,
+    uint64_t seed) {
+  const model::WhisperConfig& c = runner.config();
+  KV_ASSIGN_OR_RETURN(const std::vector<int32_t> sot,
+                      model::whisper_prompt(c, runner.generation_config(), {}));
+  std::vector<int32_t> prompt;  // empty: whisper_greedy_generate uses the transcriber's prompt
+  if (decoder_input_len > 0) {
+    prompt.assign(sot.begin(), sot.begin() + std::min<size_t>(sot.size(), decoder_input_len));
+  }
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mel(-1.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> text(0, std::min(c.vocab_size, kPromptIdLimit) - 1);
+  const size_t features = static_cast<size_t>(c.num_mel_bins) * c.input_frames();
+  std::vector<model::WhisperRequest> requests(static_cast<size_t>(batch_size));
+  for (model::WhisperRequest& r : requests) {
+    r.features.resize(features);
+    for (float& x : r.features)
+      x = mel(rng);
+    r.prompt = prompt;
+    while (static_cast<int32_t>(r.prompt.size()) < decoder_input_len)
+      r.prompt.push_back(text(rng));
+  }
+  return requests;
+}
+
+std::optional<std::string> whisper_one_batch_misfit(model::WhisperRunner& runner,
+                                                    int32_t batch_size, int32_t decoder_input_len,
+                                                    int32_t output_len) {
+  const auto prompt = prompt_len(runner, decoder_input_len);
+  if (!prompt.is_ok()) return prompt.status().message();
+  const int32_t limit = decoder_limit(runner);
+  const int64_t seq = int64_t{*prompt} + output_len;
+  if (seq > limit) {
+    return fmt::format("decoder input + output ({}) exceeds the decoder's length limit {}", seq,
+                       limit);
+  }
+  const model::WhisperRunnerOptions& o = runner.options();
+  if (batch_size > o.max_running_requests) {
+    return fmt::format("max_running_requests limit ({})", o.max_running_requests);
+  }
+  const int64_t reserved = runner.encoder_reserved_len(runner.config().max_source_positions);
+  const int64_t per_request = mem::ceil_align(reserved + seq, o.page_size);
+  const int64_t slots = runner.allocator().size();
+  if (batch_size > slots / per_request) {
+    return fmt::format("max batch size limit ({} for {} KV tokens)", slots / per_request, slots);
+  }
+  return std::nullopt;
+}
+
+Result<WhisperOneBatchResult> run_whisper_one_batch_once(
+    model::WhisperRunner& runner, const std::string& run_name, int32_t batch_size,
+    int32_t decoder_input_len, int32_t output_len, uint64_t seed,
+    const std::function<void(std::string_view)>& log) {
+  KV_CHECK(batch_size >= 1 && decoder_input_len >= 0 && output_len >= 1, "({}, {}, {})", batch_size,
+           decoder_input_len, output_len);
+  mem::ReqToTokenPool& rows = runner.req_to_token();
+  mem::BaseTokenToKVPoolAllocator& allocator = runner.allocator();
+  KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
+           "a one-batch run starts with every row and slot free");
+  platform::Platform& platform = runner.platform();
+  KV_ASSIGN_OR_RETURN(const std::vector<model::WhisperRequest> requests,
+                      whisper_one_batch_requests(runner, batch_size, decoder_input_len, seed));
+
+  WhisperOneBatchResult r;
+  r.run_name = run_name;
+  r.device = runner.options().device;
+  r.batch_size = batch_size;
+  r.output_len = output_len;
+  r.layout = whisper_layout_accounting(runner, batch_size);
+
+  // Phase boundaries from whisper_greedy_generate, each after a device synchronization.
+  std::vector<Clock::time_point> marks;
+  model::WhisperGenerateOptions gopt;
+  gopt.max_new_tokens = output_len;
+  gopt.ignore_eos = true;
+  gopt.on_progress = [&](model::WhisperGeneratePoint) {
+    platform.synchronize();
+    marks.push_back(Clock::now());
+  };
+  platform.synchronize();
+  marks.push_back(Clock::now());
+  auto generated = model::whisper_greedy_generate(runner, requests, gopt);
+  KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
+           "a one-batch run leaves every row and slot free");
+  if (!generated.is_ok()) {
+    return Status(generated.status().code(),
+                  fmt::format("({}, {}, {}): {}", batch_size, decoder_input_len, output_len,
+                              generated.status().message()));
+  }
+  for (const model::WhisperGenerateResult& g : *generated) {
+    KV_CHECK_EQ(static_cast<int32_t>(g.tokens.size()), output_len,
+                "with eos ignored every request generates output_len tokens");
+  }
+  // marks: start, encoded, then one per pick (the prefill's and output_len - 1 decode steps).
+  KV_CHECK_EQ(marks.size(), static_cast<size_t>(output_len) + 2);
+  r.decoder_input_len = static_cast<int32_t>((*generated)[0].prompt.size());
+  r.first_request_tokens = (*generated)[0].tokens;
+
+  r.encoder_latency = seconds(marks[0], marks[1]);
+  r.encoder_throughput = static_cast<double>(r.layout.encoder_len) * batch_size / r.encoder_latency;
+  log(fmt::format("Encoder. latency: {:6.5f} s, throughput: {:9.2f} token/s", r.encoder_latency,
+                  r.encoder_throughput));
+  r.prefill_latency = seconds(marks[1], marks[2]);
+  r.prefill_throughput = static_cast<double>(r.decoder_input_len) * batch_size / r.prefill_latency;
+  log(fmt::format("Prefill. latency: {:6.5f} s, throughput: {:9.2f} token/s", r.prefill_latency,
+                  r.prefill_throughput));
+  r.total_latency = r.encoder_latency + r.prefill_latency;
+  for (size_t i = 3; i < marks.size(); ++i) {
+    const double latency = seconds(marks[i - 1], marks[i]);
+    r.decode_latencies.push_back(latency);
+    r.total_latency += latency;
+    if (i - 3 < 5) {
+      log(fmt::format("Decode {}. Batch size: {}, latency: {:6.5f} s, throughput: {:9.2f} token/s",
+                      i - 3, batch_size, latency, batch_size / latency));
+    }
+  }
+  if (output_len > 1) {
+    const double med = median(r.decode_latencies);
+    r.median_decode_latency = med;
+    r.median_decode_throughput = batch_size / med;
+    log(fmt::format("Decode.  median latency: {:6.5f} s, median throughput: {:9.2f} token/s", med,
+                    *r.median_decode_throughput));
+  }
+  r.overall_throughput =
+      (static_cast<double>(r.decoder_input_len) + output_len) * batch_size / r.total_latency;
+  log(fmt::format("Total. latency: {:6.3f} s, throughput: {:9.2f} token/s", r.total_latency,
+                  r.overall_throughput));
+  const WhisperLayoutAccounting& a = r.layout;
+  log(fmt::format(
+      "Layout. {} encoder KV, page size {}, {}: encoder_len {}, reserved {}, padding {} slots "
+      "({} bytes) per request; gathered {} bytes per decode step{}",
+      a.layout, a.page_size, a.attention_backend, a.encoder_len, a.encoder_reserved_len,
+      a.padding_slots, a.padding_bytes, a.gathered_bytes_per_step,
+      a.gathers ? "" : " (the backend reads the pool in place)"));
+  return r;
+}
+
+Result<std::vector<WhisperOneBatchResult>> run_whisper_one_batch_sweep(
+    model::WhisperRunner& runner, const WhisperOneBatchOptions& o,
+    const std::function<void(std::string_view)>& log) {
+  KV_RETURN_IF_ERROR(check_list(o.batch_sizes, "--batch-size", 1));
+  KV_RETURN_IF_ERROR(check_list(o.decoder_input_lens, "--input-len", 0));
+  KV_RETURN_IF_ERROR(check_list(o.output_lens, "--output-len", 1));
+  auto fits = [&](int32_t b, int32_t i, int32_t out) {
+    if (auto why = whisper_one_batch_misfit(runner, b, i, out); why.has_value()) {
+      log(fmt::format("skipping ({}, {}, {}) due to {}", b, i, out, *why));
+      return false;
+    }
+    return true;
+  };
+  if (o.warmup) {
+    log("Warmup ...");
+    const int32_t b = o.batch_sizes[0], i = o.decoder_input_lens[0];
+    const int32_t out = std::min(32, o.output_lens[0]);
+    if (fits(b, i, out)) {
+      KV_RETURN_IF_ERROR(
+          run_whisper_one_batch_once(runner, o.run_name, b, i, out, o.seed, log).status());
+    }
+  }
+  log("Benchmark ...");
+  std::vector<WhisperOneBatchResult> results;
+  uint64_t run = 0;
+  for (const int32_t b : o.batch_sizes) {
+    for (const int32_t i : o.decoder_input_lens) {
+      for (const int32_t out : o.output_lens) {
+        ++run;
+        if (!fits(b, i, out)) continue;
+        KV_ASSIGN_OR_RETURN(
+            WhisperOneBatchResult r,
+            run_whisper_one_batch_once(runner, o.run_name, b, i, out, o.seed + run, log));
+        results.push_back(std::move(r));
+      }
+    }
+  }
+  return results;
+}
+
+}  // namespace kvserve::bench

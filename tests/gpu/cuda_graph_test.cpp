@@ -1,0 +1,452 @@
+// Decode graphs on CUDA (model/decode_graph_runner.h) against eager forwards on the same runner,
+// with a random-weight Qwen2.5-0.5B-shaped model (q/k/v bias, GQA 14/2, head_dim 64):
+//   * page sizes 1, 16 and 128; batches of 1, 3, 8 and 17 requests (buckets 1, 4, 8 and 24, so
+//     three of them padded) with prompts of 1, 17, 200 and 1000 tokens; 20 decode steps,
+//     teacher-forced with the graph's greedy tokens. At every step the graph's logits and greedy
+//     ids equal, bit for bit, those of the eager forward of the same batch padded to its bucket
+//     (same kernels, same metadata, same split plan), and stay close to the eager forward of the
+//     unpadded batch (cuBLASLt may choose another algorithm for another row count, and the split
+//     plan is made for another batch size);
+//   * a batch larger than --cuda-graph-max-bs, and every extend, runs eagerly;
+//   * the capture report: the bucket list, the memory, the summary line;
+//   * the paged decode kernel's per-request splits (what lets one capture serve any lengths)
+//     against the float64 reference.
+// Skips itself without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <random>
+
+#include "kvserve/mem/allocation.h"
+#include "kvserve/mem/chunk_cache.h"
+#include "kvserve/model/decode_graph_runner.h"
+#include "kvserve/model/make_model.h"
+#include "kvserve/model/model_runner.h"
+#include "kvserve/platform/ops/paged_decode.h"
+#include "kvserve/platform/platform.h"
+
+namespace kvserve {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kGraphMaxBs = 24;
+constexpr int kSteps = 20;
+
+bool have_cuda() {
+  return platform::create_platform(Device{DeviceKind::kCuda, 0}).is_ok();
+}
+
+std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t page_size,
+                                                bool graphs = true) {
+  model::ModelRunnerOptions o;
+  o.device = "cuda";
+  o.page_size = page_size;
+  o.max_total_tokens = 65536;
+  o.max_running_requests = 32;
+  o.cuda_graph_max_bs = kGraphMaxBs;
+  o.disable_cuda_graph = !graphs;
+  auto r = model::ModelRunner::create(dir, o);
+  KV_CHECK(r.is_ok(), "{}: {}", dir.string(), r.status().to_string());
+  return std::move(r).value();
+}
+
+// A fixed set of requests on one runner: one eager prefill, then decode batches.
+class Session {
+ public:
+  Session(model::ModelRunner& r, size_t n)
+      : runner_(r), cache_(r.req_to_token(), r.allocator()), kv_(n), tokens_(n) {}
+  ~Session() {
+    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
+    for (size_t b = 0; b < kv_.size(); ++b) {
+      if (kv_[b].row != mem::kNoRow) mem::release_kv_cache(memory, kv_[b], tokens_[b], false);
+    }
+  }
+
+  // Allocates the slots of request b's new tokens add[b] and returns the batch (not yet run).
+  model::ForwardBatch batch(const std::vector<std::vector<int32_t>>& add, bool decode) {
+    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
+    std::vector<mem::KvReqState*> states;
+    std::vector<int32_t> seq_lens;
+    std::vector<model::ForwardRequest> fwd;
+    for (size_t b = 0; b < kv_.size(); ++b) {
+      states.push_back(&kv_[b]);
+      const int32_t prefix = kv_[b].kv_allocated_len;
+      if (kv_[b].row != mem::kNoRow) {
+        const auto row = runner_.req_to_token().row(kv_[b].row, 0, prefix);
+        kv_[b].prefix_indices.assign(row.begin(), row.end());
+      }
+      seq_lens.push_back(prefix + static_cast<int32_t>(add[b].size()));
+      tokens_[b].insert(tokens_[b].end(), add[b].begin(), add[b].end());
+    }
+    std::vector<int32_t> loc;
+    Status s = decode ? mem::alloc_for_decode(memory, states, loc)
+                      : mem::alloc_for_extend(memory, states, seq_lens, loc);
+    KV_CHECK(s.is_ok(), "{}", s.to_string());
+    for (size_t b = 0; b < kv_.size(); ++b) {
+      fwd.push_back({kv_[b].row, seq_lens[b] - static_cast<int32_t>(add[b].size()), add[b]});
+    }
+    return model::make_forward_batch(
+        decode ? model::ForwardMode::kDecode : model::ForwardMode::kExtend, fwd, std::move(loc),
+        runner_.req_to_token(), runner_.kv_pool());
+  }
+
+ private:
+  model::ModelRunner& runner_;
+  mem::ChunkCache cache_;
+  std::vector<mem::KvReqState> kv_;
+  std::vector<std::vector<int32_t>> tokens_;
+};
+
+std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab) {
+  std::vector<int32_t> out;
+  for (size_t r = 0; r < logits.size() / vocab; ++r) {
+    const float* row = logits.data() + r * vocab;
+    out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+  }
+  return out;
+}
+
+struct Closeness {
+  double rel_l2 = 0;
+  double max_abs = 0;
+  int confident = 0;  // rows whose reference top-1 leads its top-2 by > 0.05 x logit std
+  int confident_agree = 0;
+};
+
+Closeness closeness(const std::vector<float>& ref, const std::vector<float>& got, int64_t vocab) {
+  Closeness c;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+    c.max_abs = std::max(c.max_abs, std::abs(d));
+  }
+  c.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
+  for (size_t r = 0; r < ref.size() / vocab; ++r) {
+    const float* a = ref.data() + r * vocab;
+    const float* g = got.data() + r * vocab;
+    double mean = 0, sq = 0;
+    int64_t top = 0, second = -1;
+    for (int64_t i = 0; i < vocab; ++i) {
+      mean += a[i];
+      sq += double(a[i]) * a[i];
+      if (a[i] > a[top]) top = i;
+    }
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (i != top && (second < 0 || a[i] > a[second])) second = i;
+    }
+    mean /= vocab;
+    const double sd = std::sqrt(std::max(sq / vocab - mean * mean, 0.0));
+    if (a[top] - a[second] > 0.05 * sd) {
+      ++c.confident;
+      c.confident_agree += (std::max_element(g, g + vocab) - g) == top;
+    }
+  }
+  return c;
+}
+
+fs::path make_random_model() {
+  const fs::path path = fs::temp_directory_path() / "kvserve-gpu-cuda-graph-test-qwen";
+  model::MakeModelOptions o;
+  o.preset = "qwen2.5-0.5b-shape";
+  o.output = path;
+  o.seed = 11;
+  o.force = true;
+  auto made = model::make_model(o);
+  KV_CHECK(made.is_ok(), "{}", made.status().to_string());
+  return path;
+}
+
+// The random checkpoint, made once per process (on first use) and removed at exit.
+const fs::path& model_dir() {
+  struct Dir {
+    fs::path path;
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Dir dir{make_random_model()};
+  return dir.path;
+}
+
+class CudaGraphTest : public testing::TestWithParam<int32_t> {
+ protected:
+  void SetUp() override {
+    if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+class CudaGraphFallbackTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
+  const int32_t page_size = GetParam();
+  auto runner = make_runner(model_dir(), page_size);
+  const model::DecodeGraphRunner* graphs = runner->decode_graphs();
+  ASSERT_NE(graphs, nullptr);
+  EXPECT_EQ(graphs->batch_sizes(), (std::vector<int32_t>{1, 2, 4, 8, 16, 24}));
+  EXPECT_GT(graphs->memory_bytes(), 0u);
+  std::cout << "[ capture  ] page " << page_size << ": " << graphs->summary() << std::endl;
+  const int64_t vocab = runner->config().vocab_size;
+  std::mt19937_64 rng(4321 + page_size);
+  std::uniform_int_distribution<int32_t> id(0, 20000);
+  const std::vector<int32_t> prompt_lens = {1, 17, 200, 1000};
+
+  for (const int32_t bs : {1, 3, 8, 17}) {
+    const int32_t bucket = model::decode_graph_bucket(graphs->batch_sizes(), bs);
+    Session s(*runner, bs);
+    std::vector<std::vector<int32_t>> prompts(bs);
+    for (int32_t b = 0; b < bs; ++b) {
+      prompts[b].resize(prompt_lens[b % prompt_lens.size()]);
+      for (int32_t& t : prompts[b])
+        t = id(rng);
+    }
+    // The prefill is an extend: eager even with graphs on.
+    const int64_t replays0 = graphs->replays();
+    model::ForwardBatch prefill = s.batch(prompts, false);
+    std::vector<int32_t> next;
+    runner->forward_greedy(prefill, next);
+    EXPECT_EQ(graphs->replays(), replays0);
+
+    double eager_ms = 0, graph_ms = 0;
+    Closeness worst;
+    int confident = 0, confident_agree = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::vector<int32_t>> add;
+      for (const int32_t t : next)
+        add.push_back({t});
+      const model::ForwardBatch batch = s.batch(add, true);
+      ASSERT_TRUE(graphs->can_run(batch));
+      // 1. Eager, unpadded (its K/V of this token are rewritten by the graph just after).
+      runner->set_decode_graphs_enabled(false);
+      std::vector<float> eager;
+      model::ForwardBatch b1 = batch;
+      auto t0 = Clock::now();
+      runner->forward(b1, eager);
+      eager_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      // 2. The graph: logits, then greedy ids (a decode forward rewrites the same K/V).
+      runner->set_decode_graphs_enabled(true);
+      const int64_t before = graphs->replays();
+      std::vector<float> graph;
+      std::vector<int32_t> graph_ids;
+      model::ForwardBatch b2 = batch;
+      t0 = Clock::now();
+      runner->forward(b2, graph);
+      graph_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      model::ForwardBatch b3 = batch;
+      runner->forward_greedy(b3, graph_ids);
+      ASSERT_EQ(graphs->replays(), before + 2) << "bs " << bs << " did not replay";
+      ASSERT_EQ(graph.size(), static_cast<size_t>(bs) * vocab);
+      ASSERT_EQ(graph_ids.size(), static_cast<size_t>(bs));
+      EXPECT_EQ(graph_ids, argmax_rows(graph, vocab)) << "step " << step;
+      // 3. Eager on the batch padded to the bucket: the graph's computation, bit for bit.
+      runner->set_decode_graphs_enabled(false);
+      std::vector<float> padded;
+      std::vector<int32_t> padded_ids;
+      model::ForwardBatch b4 = model::pad_decode_batch(batch, bucket);
+      runner->forward(b4, padded);
+      model::ForwardBatch b5 = model::pad_decode_batch(batch, bucket);
+      runner->forward_greedy(b5, padded_ids);
+      runner->set_decode_graphs_enabled(true);
+      ASSERT_EQ(padded.size(), static_cast<size_t>(bucket) * vocab);
+      padded.resize(graph.size());
+      padded_ids.resize(graph_ids.size());
+      EXPECT_EQ(std::memcmp(graph.data(), padded.data(), graph.size() * sizeof(float)), 0)
+          << "page " << page_size << ", bs " << bs << " (bucket " << bucket << "), step " << step
+          << ": graph logits differ from the padded eager forward; max |diff| "
+          << closeness(padded, graph, vocab).max_abs;
+      EXPECT_EQ(graph_ids, padded_ids) << "step " << step;
+      // Against the unpadded eager forward: close, and the same confident tokens.
+      const Closeness c = closeness(eager, graph, vocab);
+      worst.rel_l2 = std::max(worst.rel_l2, c.rel_l2);
+      worst.max_abs = std::max(worst.max_abs, c.max_abs);
+      confident += c.confident;
+      confident_agree += c.confident_agree;
+      EXPECT_LT(c.rel_l2, 2e-2) << "page " << page_size << ", bs " << bs << ", step " << step;
+      next = graph_ids;  // teacher forcing: every path sees the graph's tokens
+    }
+    EXPECT_GE(confident_agree, confident - confident / 50) << "page " << page_size << ", bs " << bs;
+    std::cout << "[ bs " << bs << " -> " << bucket << " ] page " << page_size
+              << ": vs unpadded eager rel L2 <= " << worst.rel_l2 << ", max |diff| "
+              << worst.max_abs << ", confident top-1 " << confident_agree << "/" << confident
+              << "; step " << eager_ms / kSteps << " ms eager, " << graph_ms / kSteps << " ms graph"
+              << std::endl;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PageSizes, CudaGraphTest, testing::Values(1, 16, 128),
+                         [](const testing::TestParamInfo<int32_t>& i) {
+                           return "page" + std::to_string(i.param);
+                         });
+
+TEST_F(CudaGraphFallbackTest, LargerBatchesAndExtendsRunEagerly) {
+  auto runner = make_runner(model_dir(), 16);
+  const model::DecodeGraphRunner* graphs = runner->decode_graphs();
+  ASSERT_NE(graphs, nullptr);
+  EXPECT_EQ(graphs->max_bs(), kGraphMaxBs);
+  const int32_t bs = kGraphMaxBs + 1;
+  Session s(*runner, bs);
+  std::vector<std::vector<int32_t>> prompts(bs);
+  for (int32_t b = 0; b < bs; ++b)
+    prompts[b] = {b + 1, b + 2, b + 3};
+  model::ForwardBatch prefill = s.batch(prompts, false);
+  std::vector<int32_t> next;
+  runner->forward_greedy(prefill, next);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::vector<int32_t>> add;
+    for (const int32_t t : next)
+      add.push_back({t});
+    const model::ForwardBatch batch = s.batch(add, true);
+    EXPECT_FALSE(graphs->can_run(batch));
+    const int64_t before = graphs->replays();
+    std::vector<float> logits, again;
+    model::ForwardBatch b1 = batch;
+    runner->forward(b1, logits);
+    EXPECT_EQ(graphs->replays(), before) << "a batch of " << bs << " replayed a graph";
+    runner->set_decode_graphs_enabled(false);
+    model::ForwardBatch b2 = batch;
+    runner->forward(b2, again);
+    runner->set_decode_graphs_enabled(true);
+    EXPECT_EQ(std::memcmp(logits.data(), again.data(), logits.size() * sizeof(float)), 0);
+    next = argmax_rows(logits, runner->config().vocab_size);
+  }
+}
+
+// The kernel mode decode graphs rely on: each request cuts its own splits (min_tokens_per_split),
+// blocks past its last split write empty partials. Against the float64 reference, on a shuffled
+// pool with empty, short and long requests and far more splits than any request uses.
+TEST_F(CudaGraphFallbackTest, PerRequestSplitsMatchTheReference) {
+  auto cuda = std::move(platform::create_platform(Device{DeviceKind::kCuda, 0}).value());
+  constexpr int32_t kPage = 16, kKvHeads = 2, kHeads = 8, kDim = 128, kSplits = 40;
+  const std::vector<int32_t> seq_lens = {0, 1, 17, 300, 1100, 5000};
+  const auto batch = static_cast<int32_t>(seq_lens.size());
+  std::vector<int32_t> indptr = {0}, pages;
+  for (const int32_t len : seq_lens)
+    indptr.push_back(indptr.back() + (len + kPage - 1) / kPage);
+  const int32_t num_pages = indptr.back() + 1;  // page 0 unused
+  pages.resize(indptr.back());
+  std::iota(pages.begin(), pages.end(), 1);
+  std::mt19937_64 rng(99);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_bf16 = [&](size_t n) {
+    std::vector<uint16_t> v(n);
+    for (uint16_t& x : v)
+      x = float_to_bf16(normal(rng));
+    return v;
+  };
+  const size_t row = size_t{kKvHeads} * kDim;
+  const std::vector<uint16_t> k = random_bf16(size_t{num_pages} * kPage * row);
+  const std::vector<uint16_t> v = random_bf16(k.size());
+  const std::vector<uint16_t> q = random_bf16(size_t{batch} * kHeads * kDim);
+  std::vector<int32_t> ints = indptr;
+  ints.insert(ints.end(), pages.begin(), pages.end());
+  ints.insert(ints.end(), seq_lens.begin(), seq_lens.end());
+  auto upload = [&](const void* src, size_t bytes) {
+    Buffer b = std::move(cuda->allocate_buffer(bytes).value());
+    cuda->copy(b.data(), src, bytes, platform::CopyKind::kHostToDevice);
+    return b;
+  };
+  const Buffer dk = upload(k.data(), k.size() * 2), dv = upload(v.data(), v.size() * 2);
+  const Buffer dq = upload(q.data(), q.size() * 2);
+  const Buffer di = upload(ints.data(), ints.size() * 4);
+  const size_t out_elems = size_t{batch} * kHeads * kDim;
+  Buffer out = std::move(cuda->allocate_buffer(out_elems * 2).value());
+  Buffer ws =
+      std::move(cuda->allocate_buffer(size_t{batch} * kHeads * kSplits * (kDim + 1) * 4).value());
+  const auto* dints = di.data_as<int32_t>();
+  ops::PagedDecodeParams p{
+      .q = dq.data(),
+      .k_cache = dk.data(),
+      .v_cache = dv.data(),
+      .page_indptr = dints,
+      .page_ids = dints + indptr.size(),
+      .seq_lens = dints + indptr.size() + pages.size(),
+      .out = out.data(),
+      .partial_out = ws.data_as<float>(),
+      .partial_lse = ws.data_as<float>() + size_t{batch} * kHeads * kSplits * kDim,
+      .batch = batch,
+      .num_q_heads = kHeads,
+      .num_kv_heads = kKvHeads,
+      .head_dim = kDim,
+      .page_size = kPage,
+      .num_splits = kSplits,
+      .tokens_per_split = 0,
+      .min_tokens_per_split = 256,
+      .sm_scale = 1.0f / std::sqrt(float(kDim))};
+  auto run = [&](const ops::PagedDecodeParams& params) {
+    ops::paged_decode(*cuda, params);
+    std::vector<uint16_t> host(out_elems);
+    cuda->copy(host.data(), out.data(), out_elems * 2, platform::CopyKind::kDeviceToHost);
+    cuda->synchronize();
+    return host;
+  };
+  const std::vector<uint16_t> got = run(p);
+  ops::PagedDecodeParams hp = p;
+  hp.q = q.data();
+  hp.k_cache = k.data();
+  hp.v_cache = v.data();
+  hp.page_indptr = indptr.data();
+  hp.page_ids = pages.data();
+  hp.seq_lens = seq_lens.data();
+  std::vector<float> ref(out_elems);
+  ops::reference::paged_decode(hp, ref.data());
+  double worst_ulps = 0;
+  for (size_t i = 0; i < out_elems; ++i) {
+    const float r = ref[i];
+    // bf16's ulp at the reference, at least 2^-10 (as bench-attention's check).
+    const float ulp = r == 0 ? std::ldexp(1.0f, -10)
+                             : std::max(std::ldexp(1.0f, std::ilogb(r) - 7), std::ldexp(1.0f, -10));
+    worst_ulps = std::max(worst_ulps, std::abs(double(bf16_to_float(got[i])) - r) / ulp);
+  }
+  EXPECT_LE(worst_ulps, 1.0);
+  for (size_t i = 0; i < size_t{kHeads} * kDim; ++i)
+    EXPECT_EQ(got[i], 0) << "the empty request gives zeros";
+  // One split: the per-request mode is the fixed one, bit for bit.
+  ops::PagedDecodeParams one = p;
+  one.num_splits = 1;
+  one.partial_out = one.partial_lse = nullptr;
+  const std::vector<uint16_t> dynamic1 = run(one);
+  one.min_tokens_per_split = 0;
+  one.tokens_per_split = 5000;
+  EXPECT_EQ(run(one), dynamic1);
+}
+
+TEST_F(CudaGraphFallbackTest, DisabledOrRaggedBackendCapturesNothing) {
+  auto off = make_runner(model_dir(), 16, /*graphs=*/false);
+  EXPECT_EQ(off->decode_graphs(), nullptr);
+  model::ModelRunnerOptions o;
+  o.device = "cuda";
+  o.page_size = 16;
+  o.max_total_tokens = 8192;
+  o.max_running_requests = 8;
+  o.attention_backend = "cuda-ragged";
+  auto ragged = model::ModelRunner::create(model_dir(), o);
+  ASSERT_TRUE(ragged.is_ok()) << ragged.status().to_string();
+  EXPECT_EQ((*ragged)->decode_graphs(), nullptr);
+  // Capture sizes are capped by the request rows.
+  o.attention_backend.clear();
+  o.max_running_requests = 5;
+  o.cuda_graph_max_bs = 160;
+  auto small = model::ModelRunner::create(model_dir(), o);
+  ASSERT_TRUE(small.is_ok()) << small.status().to_string();
+  ASSERT_NE((*small)->decode_graphs(), nullptr);
+  EXPECT_EQ((*small)->decode_graphs()->batch_sizes(), (std::vector<int32_t>{1, 2, 4, 5}));
+}
+
+}  // namespace
+}  // namespace kvserve
