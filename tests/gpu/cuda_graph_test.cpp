@@ -30,6 +30,7 @@
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/platform.h"
+#include "support/logits_agreement.h"
 
 namespace kvserve {
 namespace {
@@ -114,45 +115,7 @@ std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab
   return out;
 }
 
-struct Closeness {
-  double rel_l2 = 0;
-  double max_abs = 0;
-  int confident = 0;  // rows whose reference top-1 leads its top-2 by > 0.05 x logit std
-  int confident_agree = 0;
-};
-
-Closeness closeness(const std::vector<float>& ref, const std::vector<float>& got, int64_t vocab) {
-  Closeness c;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(got[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-    c.max_abs = std::max(c.max_abs, std::abs(d));
-  }
-  c.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
-  for (size_t r = 0; r < ref.size() / vocab; ++r) {
-    const float* a = ref.data() + r * vocab;
-    const float* g = got.data() + r * vocab;
-    double mean = 0, sq = 0;
-    int64_t top = 0, second = -1;
-    for (int64_t i = 0; i < vocab; ++i) {
-      mean += a[i];
-      sq += double(a[i]) * a[i];
-      if (a[i] > a[top]) top = i;
-    }
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (i != top && (second < 0 || a[i] > a[second])) second = i;
-    }
-    mean /= vocab;
-    const double sd = std::sqrt(std::max(sq / vocab - mean * mean, 0.0));
-    if (a[top] - a[second] > 0.05 * sd) {
-      ++c.confident;
-      c.confident_agree += (std::max_element(g, g + vocab) - g) == top;
-    }
-  }
-  return c;
-}
+using test_support::LogitsAgreement;
 
 fs::path make_random_model() {
   const fs::path path = fs::temp_directory_path() / "kvserve-gpu-cuda-graph-test-qwen";
@@ -223,7 +186,7 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
     EXPECT_EQ(graphs->replays(), replays0);
 
     double eager_ms = 0, graph_ms = 0;
-    Closeness worst;
+    LogitsAgreement worst;
     int confident = 0, confident_agree = 0;
     for (int step = 0; step < kSteps; ++step) {
       std::vector<std::vector<int32_t>> add;
@@ -268,10 +231,10 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
       EXPECT_EQ(std::memcmp(graph.data(), padded.data(), graph.size() * sizeof(float)), 0)
           << "page " << page_size << ", bs " << bs << " (bucket " << bucket << "), step " << step
           << ": graph logits differ from the padded eager forward; max |diff| "
-          << closeness(padded, graph, vocab).max_abs;
+          << test_support::logits_agreement(padded, graph, vocab).max_abs;
       EXPECT_EQ(graph_ids, padded_ids) << "step " << step;
       // Against the unpadded eager forward: close, and the same confident tokens.
-      const Closeness c = closeness(eager, graph, vocab);
+      const LogitsAgreement c = test_support::logits_agreement(eager, graph, vocab);
       worst.rel_l2 = std::max(worst.rel_l2, c.rel_l2);
       worst.max_abs = std::max(worst.max_abs, c.max_abs);
       confident += c.confident;
@@ -350,9 +313,9 @@ TEST_F(CudaGraphFallbackTest, PerRequestSplitsMatchTheReference) {
     return v;
   };
   const size_t row = size_t{kKvHeads} * kDim;
-  const std::vector<uint16_t> k = random_bf16(size_t{num_pages} * kPage * row);
+  const std::vector<uint16_t> k = random_bf16(static_cast<size_t>(num_pages) * kPage * row);
   const std::vector<uint16_t> v = random_bf16(k.size());
-  const std::vector<uint16_t> q = random_bf16(size_t{batch} * kHeads * kDim);
+  const std::vector<uint16_t> q = random_bf16(static_cast<size_t>(batch) * kHeads * kDim);
   std::vector<int32_t> ints = indptr;
   ints.insert(ints.end(), pages.begin(), pages.end());
   ints.insert(ints.end(), seq_lens.begin(), seq_lens.end());
@@ -364,10 +327,11 @@ TEST_F(CudaGraphFallbackTest, PerRequestSplitsMatchTheReference) {
   const Buffer dk = upload(k.data(), k.size() * 2), dv = upload(v.data(), v.size() * 2);
   const Buffer dq = upload(q.data(), q.size() * 2);
   const Buffer di = upload(ints.data(), ints.size() * 4);
-  const size_t out_elems = size_t{batch} * kHeads * kDim;
+  const size_t out_elems = static_cast<size_t>(batch) * kHeads * kDim;
   Buffer out = std::move(cuda->allocate_buffer(out_elems * 2).value());
-  Buffer ws =
-      std::move(cuda->allocate_buffer(size_t{batch} * kHeads * kSplits * (kDim + 1) * 4).value());
+  Buffer ws = std::move(
+      cuda->allocate_buffer(static_cast<size_t>(batch) * kHeads * kSplits * (kDim + 1) * 4)
+          .value());
   const auto* dints = di.data_as<int32_t>();
   ops::PagedDecodeParams p{
       .q = dq.data(),
@@ -378,7 +342,7 @@ TEST_F(CudaGraphFallbackTest, PerRequestSplitsMatchTheReference) {
       .seq_lens = dints + indptr.size() + pages.size(),
       .out = out.data(),
       .partial_out = ws.data_as<float>(),
-      .partial_lse = ws.data_as<float>() + size_t{batch} * kHeads * kSplits * kDim,
+      .partial_lse = ws.data_as<float>() + static_cast<size_t>(batch) * kHeads * kSplits * kDim,
       .batch = batch,
       .num_q_heads = kHeads,
       .num_kv_heads = kKvHeads,

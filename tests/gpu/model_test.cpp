@@ -23,6 +23,7 @@
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/platform.h"
 #include "kvserve/tokenizer/tokenizer.h"
+#include "support/logits_agreement.h"
 
 namespace kvserve {
 namespace {
@@ -96,46 +97,6 @@ class Session {
   std::vector<std::vector<int32_t>> tokens_;
 };
 
-struct Agreement {
-  double rel_l2 = 0;   // ||cuda - cpu|| / ||cpu|| over all rows
-  double max_abs = 0;  // largest elementwise difference
-  int confident = 0;   // rows whose CPU top-1 leads its top-2 by more than 0.05 x logit std
-  int confident_agree = 0;
-};
-
-Agreement compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int64_t vocab) {
-  Agreement a;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    const double d = double(gpu[i]) - cpu[i];
-    num += d * d;
-    den += double(cpu[i]) * cpu[i];
-    a.max_abs = std::max(a.max_abs, std::abs(d));
-  }
-  a.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
-  for (size_t r = 0; r < cpu.size() / vocab; ++r) {
-    const float* c = cpu.data() + r * vocab;
-    const float* g = gpu.data() + r * vocab;
-    double mean = 0, sq = 0;
-    int64_t top = 0, second = -1;
-    for (int64_t i = 0; i < vocab; ++i) {
-      mean += c[i];
-      sq += double(c[i]) * c[i];
-      if (c[i] > c[top]) top = i;
-    }
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (i != top && (second < 0 || c[i] > c[second])) second = i;
-    }
-    mean /= vocab;
-    const double sd = std::sqrt(std::max(sq / vocab - mean * mean, 0.0));
-    if (c[top] - c[second] > 0.05 * sd) {
-      ++a.confident;
-      a.confident_agree += (std::max_element(g, g + vocab) - g) == top;
-    }
-  }
-  return a;
-}
-
 std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab) {
   std::vector<int32_t> out;
   for (size_t r = 0; r < logits.size() / vocab; ++r) {
@@ -190,7 +151,7 @@ TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
   auto check = [&](const char* stage, const std::vector<std::vector<int32_t>>& add, bool decode) {
     const std::vector<float> lc = sc.step(add, decode);
     const std::vector<float> lg = sg.step(add, decode);
-    const Agreement a = compare(lc, lg, vocab);
+    const test_support::LogitsAgreement a = test_support::logits_agreement(lc, lg, vocab);
     std::cout << "[ " << stage << " ] page " << page_size << ": rel L2 " << a.rel_l2
               << ", max |diff| " << a.max_abs << ", confident top-1 " << a.confident_agree << "/"
               << a.confident << std::endl;

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <tuple>
 
 #include "kvserve/bench/metrics.h"
+#include "kvserve/bench/one_batch_sweep.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/common.h"
@@ -20,14 +22,6 @@ constexpr int32_t kPromptIdLimit = 10000;  // SGLang: np.random.randint(0, 10000
 
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-Status check_list(const std::vector<int32_t>& values, const char* flag) {
-  if (values.empty()) return invalid_argument("{} needs at least one value", flag);
-  for (const int32_t v : values) {
-    if (v < 1) return invalid_argument("{} values must be >= 1, got {}", flag, v);
-  }
-  return Status::ok();
 }
 
 }  // namespace
@@ -178,42 +172,29 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
   return r;
 }
 
+Status check_sweep_lists(const SweepLists& lists) {
+  for (const auto& [values, flag, min] :
+       {std::tuple{&lists.batch_sizes, "--batch-size", 1},
+        std::tuple{&lists.input_lens, "--input-len", lists.min_input_len},
+        std::tuple{&lists.output_lens, "--output-len", 1}}) {
+    if (values->empty()) return invalid_argument("{} needs at least one value", flag);
+    for (const int32_t v : *values) {
+      if (v < min) return invalid_argument("{} values must be >= {}, got {}", flag, min, v);
+    }
+  }
+  return Status::ok();
+}
+
 Result<std::vector<OneBatchResult>> run_one_batch_sweep(
     model::ModelRunner& runner, const OneBatchOptions& o,
     const std::function<void(std::string_view)>& log) {
-  KV_RETURN_IF_ERROR(check_list(o.batch_sizes, "--batch-size"));
-  KV_RETURN_IF_ERROR(check_list(o.input_lens, "--input-len"));
-  KV_RETURN_IF_ERROR(check_list(o.output_lens, "--output-len"));
-  auto fits = [&](int32_t b, int32_t i, int32_t out) {
-    if (auto why = one_batch_misfit(runner, b, i, out); why.has_value()) {
-      log(fmt::format("skipping ({}, {}, {}) due to {}", b, i, out, *why));
-      return false;
-    }
-    return true;
-  };
-  if (o.warmup) {
-    log("Warmup ...");
-    const int32_t b = o.batch_sizes[0], i = o.input_lens[0];
-    const int32_t out = std::min(32, o.output_lens[0]);
-    if (fits(b, i, out)) {
-      KV_RETURN_IF_ERROR(run_one_batch_once(runner, o.run_name, b, i, out, o.seed, log).status());
-    }
-  }
-  log("Benchmark ...");
-  std::vector<OneBatchResult> results;
-  uint64_t run = 0;
-  for (const int32_t b : o.batch_sizes) {
-    for (const int32_t i : o.input_lens) {
-      for (const int32_t out : o.output_lens) {
-        ++run;
-        if (!fits(b, i, out)) continue;
-        KV_ASSIGN_OR_RETURN(OneBatchResult r,
-                            run_one_batch_once(runner, o.run_name, b, i, out, o.seed + run, log));
-        results.push_back(std::move(r));
-      }
-    }
-  }
-  return results;
+  return run_sweep<OneBatchResult>(
+      {o.batch_sizes, o.input_lens, 1, o.output_lens}, o.warmup, o.seed,
+      [&](int32_t b, int32_t i, int32_t out) { return one_batch_misfit(runner, b, i, out); },
+      [&](int32_t b, int32_t i, int32_t out, uint64_t seed) {
+        return run_one_batch_once(runner, o.run_name, b, i, out, seed, log);
+      },
+      log);
 }
 
 }  // namespace kvserve::bench

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kvserve/bench/metrics.h"
+#include "kvserve/bench/one_batch_sweep.h"
 #include "kvserve/mem/common.h"
 
 namespace kvserve::bench {
@@ -18,14 +19,6 @@ constexpr int32_t kPromptIdLimit = 10000;  // random text ids, as bench_one_batc
 
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-Status check_list(const std::vector<int32_t>& values, const char* flag, int32_t min) {
-  if (values.empty()) return invalid_argument("{} needs at least one value", flag);
-  for (const int32_t v : values) {
-    if (v < min) return invalid_argument("{} values must be >= {}, got {}", flag, min, v);
-  }
-  return Status::ok();
 }
 
 // The decoder's length limit, prompt included, as whisper_greedy_generate computes it.
@@ -237,41 +230,15 @@ Result<WhisperOneBatchResult> run_whisper_one_batch_once(
 Result<std::vector<WhisperOneBatchResult>> run_whisper_one_batch_sweep(
     model::WhisperRunner& runner, const WhisperOneBatchOptions& o,
     const std::function<void(std::string_view)>& log) {
-  KV_RETURN_IF_ERROR(check_list(o.batch_sizes, "--batch-size", 1));
-  KV_RETURN_IF_ERROR(check_list(o.decoder_input_lens, "--input-len", 0));
-  KV_RETURN_IF_ERROR(check_list(o.output_lens, "--output-len", 1));
-  auto fits = [&](int32_t b, int32_t i, int32_t out) {
-    if (auto why = whisper_one_batch_misfit(runner, b, i, out); why.has_value()) {
-      log(fmt::format("skipping ({}, {}, {}) due to {}", b, i, out, *why));
-      return false;
-    }
-    return true;
-  };
-  if (o.warmup) {
-    log("Warmup ...");
-    const int32_t b = o.batch_sizes[0], i = o.decoder_input_lens[0];
-    const int32_t out = std::min(32, o.output_lens[0]);
-    if (fits(b, i, out)) {
-      KV_RETURN_IF_ERROR(
-          run_whisper_one_batch_once(runner, o.run_name, b, i, out, o.seed, log).status());
-    }
-  }
-  log("Benchmark ...");
-  std::vector<WhisperOneBatchResult> results;
-  uint64_t run = 0;
-  for (const int32_t b : o.batch_sizes) {
-    for (const int32_t i : o.decoder_input_lens) {
-      for (const int32_t out : o.output_lens) {
-        ++run;
-        if (!fits(b, i, out)) continue;
-        KV_ASSIGN_OR_RETURN(
-            WhisperOneBatchResult r,
-            run_whisper_one_batch_once(runner, o.run_name, b, i, out, o.seed + run, log));
-        results.push_back(std::move(r));
-      }
-    }
-  }
-  return results;
+  return run_sweep<WhisperOneBatchResult>(
+      {o.batch_sizes, o.decoder_input_lens, 0, o.output_lens}, o.warmup, o.seed,
+      [&](int32_t b, int32_t i, int32_t out) {
+        return whisper_one_batch_misfit(runner, b, i, out);
+      },
+      [&](int32_t b, int32_t i, int32_t out, uint64_t seed) {
+        return run_whisper_one_batch_once(runner, o.run_name, b, i, out, seed, log);
+      },
+      log);
 }
 
 }  // namespace kvserve::bench
