@@ -51,7 +51,7 @@ TEST(DemoWhisper, HeldOutClipsTranscribeToTheirTextWithTransformersTokens) {
   ASSERT_GE(clips.size(), 2u);
   std::string files;
   for (const json& c : clips)
-    files += " " + (kClips / c["file"].get<std::string>()).string();
+    files.append(" ").append((kClips / c["file"].get<std::string>()).string());
   // No --model-path: the demo model. Several clips in one batch, page size 16 (the default 1 is
   // covered by the batch-of-one run below).
   for (const std::string flags : {"--page-size 16", "--max-running-requests 1"}) {
