@@ -31,6 +31,7 @@
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/platform.h"
 #include "support/logits_agreement.h"
+#include "support/model_session.h"
 
 namespace kvserve {
 namespace {
@@ -59,61 +60,8 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t pag
   return std::move(r).value();
 }
 
-// A fixed set of requests on one runner: one eager prefill, then decode batches.
-class Session {
- public:
-  Session(model::ModelRunner& r, size_t n)
-      : runner_(r), cache_(r.req_to_token(), r.allocator()), kv_(n), tokens_(n) {}
-  ~Session() {
-    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
-    for (size_t b = 0; b < kv_.size(); ++b) {
-      if (kv_[b].row != mem::kNoRow) mem::release_kv_cache(memory, kv_[b], tokens_[b], false);
-    }
-  }
-
-  // Allocates the slots of request b's new tokens add[b] and returns the batch (not yet run).
-  model::ForwardBatch batch(const std::vector<std::vector<int32_t>>& add, bool decode) {
-    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
-    std::vector<mem::KvReqState*> states;
-    std::vector<int32_t> seq_lens;
-    std::vector<model::ForwardRequest> fwd;
-    for (size_t b = 0; b < kv_.size(); ++b) {
-      states.push_back(&kv_[b]);
-      const int32_t prefix = kv_[b].kv_allocated_len;
-      if (kv_[b].row != mem::kNoRow) {
-        const auto row = runner_.req_to_token().row(kv_[b].row, 0, prefix);
-        kv_[b].prefix_indices.assign(row.begin(), row.end());
-      }
-      seq_lens.push_back(prefix + static_cast<int32_t>(add[b].size()));
-      tokens_[b].insert(tokens_[b].end(), add[b].begin(), add[b].end());
-    }
-    std::vector<int32_t> loc;
-    Status s = decode ? mem::alloc_for_decode(memory, states, loc)
-                      : mem::alloc_for_extend(memory, states, seq_lens, loc);
-    KV_CHECK(s.is_ok(), "{}", s.to_string());
-    for (size_t b = 0; b < kv_.size(); ++b) {
-      fwd.push_back({kv_[b].row, seq_lens[b] - static_cast<int32_t>(add[b].size()), add[b]});
-    }
-    return model::make_forward_batch(
-        decode ? model::ForwardMode::kDecode : model::ForwardMode::kExtend, fwd, std::move(loc),
-        runner_.req_to_token(), runner_.kv_pool());
-  }
-
- private:
-  model::ModelRunner& runner_;
-  mem::ChunkCache cache_;
-  std::vector<mem::KvReqState> kv_;
-  std::vector<std::vector<int32_t>> tokens_;
-};
-
-std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab) {
-  std::vector<int32_t> out;
-  for (size_t r = 0; r < logits.size() / vocab; ++r) {
-    const float* row = logits.data() + r * vocab;
-    out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
-  }
-  return out;
-}
+using test_support::argmax_rows;
+using test_support::ModelSession;
 
 using test_support::LogitsAgreement;
 
@@ -171,7 +119,7 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
 
   for (const int32_t bs : {1, 3, 8, 17}) {
     const int32_t bucket = model::decode_graph_bucket(graphs->batch_sizes(), bs);
-    Session s(*runner, bs);
+    ModelSession s(*runner, bs);
     std::vector<std::vector<int32_t>> prompts(bs);
     for (int32_t b = 0; b < bs; ++b) {
       prompts[b].resize(prompt_lens[b % prompt_lens.size()]);
@@ -262,7 +210,7 @@ TEST_F(CudaGraphFallbackTest, LargerBatchesAndExtendsRunEagerly) {
   ASSERT_NE(graphs, nullptr);
   EXPECT_EQ(graphs->max_bs(), kGraphMaxBs);
   const int32_t bs = kGraphMaxBs + 1;
-  Session s(*runner, bs);
+  ModelSession s(*runner, bs);
   std::vector<std::vector<int32_t>> prompts(bs);
   for (int32_t b = 0; b < bs; ++b)
     prompts[b] = {b + 1, b + 2, b + 3};

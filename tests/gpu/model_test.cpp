@@ -24,6 +24,7 @@
 #include "kvserve/platform/platform.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "support/logits_agreement.h"
+#include "support/model_session.h"
 
 namespace kvserve {
 namespace {
@@ -46,65 +47,8 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, const std::
   return std::move(r).value();
 }
 
-// Drives one runner through extends and decodes of a fixed set of requests, returning logits.
-class Session {
- public:
-  Session(model::ModelRunner& r, size_t n)
-      : runner_(r), cache_(r.req_to_token(), r.allocator()), kv_(n), tokens_(n) {}
-  ~Session() {
-    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
-    for (size_t b = 0; b < kv_.size(); ++b) {
-      if (kv_[b].row != mem::kNoRow) mem::release_kv_cache(memory, kv_[b], tokens_[b], false);
-    }
-  }
-
-  // Appends new[b] to request b (a prefill, or an extend over what it has) and returns the logits
-  // of each request's last token, [n, vocab].
-  std::vector<float> step(const std::vector<std::vector<int32_t>>& add, bool decode) {
-    const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
-    std::vector<mem::KvReqState*> states;
-    std::vector<int32_t> seq_lens;
-    std::vector<model::ForwardRequest> fwd;
-    for (size_t b = 0; b < kv_.size(); ++b) {
-      states.push_back(&kv_[b]);
-      const int32_t prefix = kv_[b].kv_allocated_len;
-      if (kv_[b].row != mem::kNoRow) {
-        const auto row = runner_.req_to_token().row(kv_[b].row, 0, prefix);
-        kv_[b].prefix_indices.assign(row.begin(), row.end());
-      }
-      seq_lens.push_back(prefix + static_cast<int32_t>(add[b].size()));
-      tokens_[b].insert(tokens_[b].end(), add[b].begin(), add[b].end());
-    }
-    std::vector<int32_t> loc;
-    Status s = decode ? mem::alloc_for_decode(memory, states, loc)
-                      : mem::alloc_for_extend(memory, states, seq_lens, loc);
-    KV_CHECK(s.is_ok(), "{}", s.to_string());
-    for (size_t b = 0; b < kv_.size(); ++b) {
-      fwd.push_back({kv_[b].row, seq_lens[b] - static_cast<int32_t>(add[b].size()), add[b]});
-    }
-    model::ForwardBatch batch = model::make_forward_batch(
-        decode ? model::ForwardMode::kDecode : model::ForwardMode::kExtend, fwd, std::move(loc),
-        runner_.req_to_token(), runner_.kv_pool());
-    std::vector<float> logits;
-    runner_.forward(batch, logits);
-    return logits;
-  }
-
- private:
-  model::ModelRunner& runner_;
-  mem::ChunkCache cache_;
-  std::vector<mem::KvReqState> kv_;
-  std::vector<std::vector<int32_t>> tokens_;
-};
-
-std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab) {
-  std::vector<int32_t> out;
-  for (size_t r = 0; r < logits.size() / vocab; ++r) {
-    const float* row = logits.data() + r * vocab;
-    out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
-  }
-  return out;
-}
+using test_support::argmax_rows;
+using test_support::ModelSession;
 
 class RandomModelTest : public testing::TestWithParam<int32_t> {
  protected:
@@ -147,10 +91,10 @@ TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
     return v;
   };
   const std::vector<int> lens = {1, 33, 200};
-  Session sc(*cpu, lens.size()), sg(*gpu, lens.size());
+  ModelSession sc(*cpu, lens.size()), sg(*gpu, lens.size());
   auto check = [&](const char* stage, const std::vector<std::vector<int32_t>>& add, bool decode) {
-    const std::vector<float> lc = sc.step(add, decode);
-    const std::vector<float> lg = sg.step(add, decode);
+    const std::vector<float> lc = sc.logits(add, decode);
+    const std::vector<float> lg = sg.logits(add, decode);
     const test_support::LogitsAgreement a = test_support::logits_agreement(lc, lg, vocab);
     std::cout << "[ " << stage << " ] page " << page_size << ": rel L2 " << a.rel_l2
               << ", max |diff| " << a.max_abs << ", confident top-1 " << a.confident_agree << "/"

@@ -39,4 +39,13 @@ LogitsAgreement logits_agreement(const std::vector<float>& ref, const std::vecto
   return a;
 }
 
+std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab) {
+  std::vector<int32_t> out;
+  for (size_t r = 0; r < logits.size() / vocab; ++r) {
+    const float* row = logits.data() + r * vocab;
+    out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+  }
+  return out;
+}
+
 }  // namespace kvserve::test_support

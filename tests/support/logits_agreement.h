@@ -19,4 +19,7 @@ struct LogitsAgreement {
 LogitsAgreement logits_agreement(const std::vector<float>& ref, const std::vector<float>& got,
                                  int64_t vocab);
 
+// Each row's argmax (the first on ties), [rows].
+std::vector<int32_t> argmax_rows(const std::vector<float>& logits, int64_t vocab);
+
 }  // namespace kvserve::test_support
