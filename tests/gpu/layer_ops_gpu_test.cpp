@@ -16,6 +16,11 @@
 namespace kvserve {
 namespace {
 
+struct GemmShape {
+  int64_t m, n, k;
+  bool bias, f32_out;
+};
+
 class LayerOpsGpuTest : public testing::Test {
  protected:
   void SetUp() override {
@@ -65,6 +70,8 @@ class LayerOpsGpuTest : public testing::Test {
       }
     }
   }
+
+  void check_gemm(const GemmShape& s);
 
   static constexpr uint64_t kSeed = 20261130;
   std::mt19937_64 rng_{kSeed};
@@ -225,61 +232,78 @@ TEST_F(LayerOpsGpuTest, EmbeddingAndArgmaxAreExact) {
   EXPECT_EQ(best[2], 5);
 }
 
-TEST_F(LayerOpsGpuTest, CublasLtGemmMatchesFloat64) {
-  struct Shape {
-    int64_t m, n, k;
-    bool bias, f32_out;
-  };
-  for (const Shape s : {Shape{1, 4096, 4096, false, false}, Shape{7, 1000, 64, true, false},
-                        Shape{33, 6144, 1000, true, false}, Shape{33, 128256, 64, false, true},
-                        Shape{200, 896, 896, false, true}}) {
-    std::vector<float> a, b, bias;
-    Tensor da = random_bf16(a, s.m * s.k);
-    Tensor db = random_bf16(b, s.n * s.k, 0.05f);
-    Tensor dbias = random_bf16(bias, s.n);
-    Tensor dc = empty(s.f32_out ? DType::kF32 : DType::kBF16, s.m * s.n);
-    ops::gemm(*gpu_, {.a = da.data(),
-                      .b = db.data(),
-                      .bias = s.bias ? dbias.data() : nullptr,
-                      .c = dc.data(),
-                      .dtype = DType::kBF16,
-                      .c_f32 = s.f32_out,
-                      .m = s.m,
-                      .n = s.n,
-                      .k = s.k,
-                      .lda = s.k,
-                      .ldb = s.k,
-                      .ldc = s.n});
-    std::vector<float> got;
-    if (s.f32_out) {
-      got.resize(s.m * s.n);
-      gpu_->copy(got.data(), dc.data(), got.size() * 4, platform::CopyKind::kDeviceToHost);
-      gpu_->synchronize();
-    } else {
-      got = download_bf16(dc, s.m * s.n);
-    }
-    double worst = 0;
-    for (int64_t i = 0; i < s.m; ++i) {
-      for (int64_t j = 0; j < s.n; ++j) {
-        double ref = s.bias ? bias[j] : 0.0, mag = std::abs(ref);
-        for (int64_t p = 0; p < s.k; ++p) {
-          ref += double(a[i * s.k + p]) * b[j * s.k + p];
-          mag += std::abs(double(a[i * s.k + p]) * b[j * s.k + p]);
-        }
-        // f32 accumulation error is far below the output's bf16 rounding; bound by both.
-        const double err = std::abs(got[i * s.n + j] - ref);
-        const double tol = (s.f32_out ? 1e-5 : kBf16) * std::abs(ref) + 4e-5 * mag + 1e-6;
-        worst = std::max(worst, err / tol);
-        if (err > tol) {
-          ADD_FAILURE() << s.m << "x" << s.n << "x" << s.k << " [" << i << "," << j
-                        << "]: reference " << ref << ", cuda " << got[i * s.n + j];
-          return;
-        }
+// ops::gemm on `s` (bf16 inputs, row-major, packed) against a float64 product of the same values.
+void LayerOpsGpuTest::check_gemm(const GemmShape& s) {
+  std::vector<float> a, b, bias;
+  Tensor da = random_bf16(a, s.m * s.k);
+  Tensor db = random_bf16(b, s.n * s.k, 0.05f);
+  Tensor dbias = random_bf16(bias, s.n);
+  Tensor dc = empty(s.f32_out ? DType::kF32 : DType::kBF16, s.m * s.n);
+  ops::gemm(*gpu_, {.a = da.data(),
+                    .b = db.data(),
+                    .bias = s.bias ? dbias.data() : nullptr,
+                    .c = dc.data(),
+                    .dtype = DType::kBF16,
+                    .c_f32 = s.f32_out,
+                    .m = s.m,
+                    .n = s.n,
+                    .k = s.k,
+                    .lda = s.k,
+                    .ldb = s.k,
+                    .ldc = s.n});
+  std::vector<float> got;
+  if (s.f32_out) {
+    got.resize(s.m * s.n);
+    gpu_->copy(got.data(), dc.data(), got.size() * 4, platform::CopyKind::kDeviceToHost);
+    gpu_->synchronize();
+  } else {
+    got = download_bf16(dc, s.m * s.n);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      double ref = s.bias ? bias[j] : 0.0, mag = std::abs(ref);
+      for (int64_t p = 0; p < s.k; ++p) {
+        ref += double(a[i * s.k + p]) * b[j * s.k + p];
+        mag += std::abs(double(a[i * s.k + p]) * b[j * s.k + p]);
+      }
+      // f32 accumulation error is far below the output's bf16 rounding; bound by both.
+      const double err = std::abs(got[i * s.n + j] - ref);
+      const double tol = (s.f32_out ? 1e-5 : kBf16) * std::abs(ref) + 4e-5 * mag + 1e-6;
+      worst = std::max(worst, err / tol);
+      if (err > tol) {
+        ADD_FAILURE() << s.m << "x" << s.n << "x" << s.k << " [" << i << "," << j << "]: reference "
+                      << ref << ", cuda " << got[i * s.n + j];
+        return;
       }
     }
-    std::cout << "[ gemm     ] " << s.m << "x" << s.n << "x" << s.k << (s.bias ? " +bias" : "")
-              << (s.f32_out ? " f32 out" : "") << ": worst error " << worst << " of tolerance"
-              << std::endl;
+  }
+  std::cout << "[ gemm     ] " << s.m << "x" << s.n << "x" << s.k << (s.bias ? " +bias" : "")
+            << (s.f32_out ? " f32 out" : "") << ": worst error " << worst << " of tolerance"
+            << std::endl;
+}
+
+TEST_F(LayerOpsGpuTest, CublasLtGemmMatchesFloat64) {
+  for (const GemmShape s :
+       {GemmShape{7, 1000, 64, true, false}, GemmShape{33, 6144, 1000, true, false},
+        GemmShape{33, 128256, 64, false, true}, GemmShape{200, 896, 896, false, true}}) {
+    check_gemm(s);
+    if (HasFailure()) return;
+  }
+}
+
+// m = 1 runs the skinny kernel (platform/cuda/skinny_gemm.cu) where it applies: odd n (a last
+// warp with one row), k not a multiple of the unrolled stride, bias, f32 logits; k = 100 is not a
+// multiple of 8 and goes to cuBLASLt, as do m = 2..4 (the same checks, the other path).
+TEST_F(LayerOpsGpuTest, SkinnyGemmMatchesFloat64) {
+  for (const int64_t m : {1, 2, 3, 4}) {
+    for (const GemmShape s :
+         {GemmShape{m, 4096, 4096, false, false}, GemmShape{m, 1001, 64, true, false},
+          GemmShape{m, 6144, 1000, true, false}, GemmShape{m, 7, 14336, false, false},
+          GemmShape{m, 32003, 512, false, true}, GemmShape{m, 33, 100, true, false}}) {
+      check_gemm(s);
+      if (HasFailure()) return;
+    }
   }
 }
 
