@@ -3,11 +3,10 @@
 // create() reserves the device memory pool (device platforms; platform/device_pool.h), reads the
 // checkpoint directory (config.json, safetensors), loads the weights into the pool, sizes the KV
 // pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights: of the
-// device pool on a GPU),
-// and creates the request-to-token table, the slot allocator and the attention backend; on a
-// device platform it runs everything on a stream of its own and, unless --disable-cuda-graph,
-// captures the decode graphs (decode_graph_runner.h) once the pools exist. The prefix cache
-// belongs to whoever schedules (it is created on top of these pools).
+// device pool on a GPU), and creates the request-to-token table, the slot allocator and the
+// attention backend; on a device platform it runs everything on a stream of its own and, unless
+// --disable-cuda-graph, captures the decode graphs (decode_graph_runner.h) once the pools exist.
+// The prefix cache belongs to whoever schedules (it is created on top of these pools).
 #pragma once
 
 #include <filesystem>

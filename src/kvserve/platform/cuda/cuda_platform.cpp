@@ -49,6 +49,11 @@ cudaMemcpyKind to_cuda(CopyKind kind) {
   return cudaMemcpyDefault;
 }
 
+// Captures this thread has begun and not ended. CUDA captures in thread-local mode, so a cudaMalloc
+// or cudaFree by this thread while it captures fails; a pool block would silently succeed and
+// leave the graph holding a pointer the pool may hand out again, so the pool refuses it too.
+thread_local int tl_captures = 0;
+
 cudaStream_t to_cuda(StreamHandle s) {
   return static_cast<cudaStream_t>(s.ptr);
 }
@@ -89,6 +94,8 @@ class CudaPlatform final : public Platform {
     {
       std::lock_guard<std::mutex> lock(pool_mutex_);
       if (pool_ != nullptr) {
+        KV_CHECK(tl_captures == 0,
+                 "cuda:{}: allocating {} bytes while this thread captures a graph", index_, bytes);
         Result<uintptr_t> block = pool_->allocate(bytes);
         if (!block.is_ok()) {
           return make_status(block.status().code(), "cuda:{}: {}", index_,
@@ -111,6 +118,8 @@ class CudaPlatform final : public Platform {
     {
       std::lock_guard<std::mutex> lock(pool_mutex_);
       if (pool_ != nullptr && pool_->contains(reinterpret_cast<uintptr_t>(ptr))) {
+        KV_CHECK(tl_captures == 0,
+                 "cuda:{}: freeing device memory while this thread captures a graph", index_);
         pool_->deallocate(reinterpret_cast<uintptr_t>(ptr));
         return;
       }
@@ -250,12 +259,14 @@ class CudaPlatform final : public Platform {
       return make_status(StatusCode::kInternal, "cuda:{}: cudaStreamBeginCapture: {}", index_,
                          cudaGetErrorString(err));
     }
+    ++tl_captures;
     return Status::ok();
   }
   Result<GraphHandle> end_capture(StreamHandle stream) override {
     DeviceGuard guard(index_);
     cudaGraph_t graph = nullptr;
     cudaError_t err = cudaStreamEndCapture(to_cuda(stream), &graph);
+    if (tl_captures > 0) --tl_captures;  // capture mode ends whether or not the capture worked
     if (err != cudaSuccess) {
       cudaGetLastError();
       if (graph != nullptr) cudaGraphDestroy(graph);
