@@ -59,12 +59,12 @@ class Platform : public MemoryResource {
   virtual std::string description() const = 0;
 
   // --- memory -------------------------------------------------------------------------------
-  // Device memory, 256-byte aligned. Running out is an expected failure (kOutOfMemory), never a
-  // crash; inside a pool the message names the free bytes and the largest free block.
-  // Inside a pool, deallocate returns the block at once, with no device synchronisation (cudaFree
-  // waits for the device): work still queued that uses it must be ordered before the next
-  // owner's work, which holds when both are on one stream (a runner's current stream); a caller
-  // that frees memory another stream still uses synchronises that stream first.
+  // Device memory (CUDA: 256-byte aligned, pool or not; CPU: 64). Running out is an expected
+  // failure (kOutOfMemory), never a crash; inside a pool the message names the free bytes and the
+  // largest free block. Inside a pool, deallocate returns the block at once, with no device
+  // synchronisation (cudaFree waits for the device): work still queued that uses it must be ordered
+  // before the next owner's work, which holds when both are on one stream (a runner's current
+  // stream); a caller that frees memory another stream still uses synchronises that stream first.
   virtual Result<void*> allocate(size_t bytes) = 0;
   void deallocate(void* ptr, size_t bytes) override = 0;
   // Reserves `bytes` of device memory as this platform's pool (one allocation); allocate and
