@@ -55,6 +55,8 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t pag
   o.max_running_requests = 32;
   o.cuda_graph_max_bs = kGraphMaxBs;
   o.disable_cuda_graph = !graphs;
+  // No device pool: GPU suites run side by side (ctest -j), and tests hold several runners.
+  o.device_pool.reserve = false;
   auto r = model::ModelRunner::create(dir, o);
   KV_CHECK(r.is_ok(), "{}: {}", dir.string(), r.status().to_string());
   return std::move(r).value();
@@ -346,6 +348,7 @@ TEST_F(CudaGraphFallbackTest, DisabledOrRaggedBackendCapturesNothing) {
   o.page_size = 16;
   o.max_total_tokens = 8192;
   o.max_running_requests = 8;
+  o.device_pool.reserve = false;
   o.attention_backend = "cuda-ragged";
   auto ragged = model::ModelRunner::create(model_dir(), o);
   ASSERT_TRUE(ragged.is_ok()) << ragged.status().to_string();

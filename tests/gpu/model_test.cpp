@@ -42,6 +42,8 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, const std::
   o.page_size = page_size;
   o.max_total_tokens = 4096;
   o.max_running_requests = 8;
+  // No device pool: GPU suites run side by side (ctest -j), none may take the whole GPU.
+  o.device_pool.reserve = false;
   auto r = model::ModelRunner::create(dir, o);
   KV_CHECK(r.is_ok(), "{}: {}", dir.string(), r.status().to_string());
   return std::move(r).value();

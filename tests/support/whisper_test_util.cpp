@@ -99,6 +99,8 @@ std::unique_ptr<WhisperRunner> make_whisper_runner(const fs::path& dir, int32_t 
   o.layout = layout;
   o.attention_backend = backend;
   o.max_running_requests = 4;
+  // No device pool on CUDA: GPU suites run side by side (ctest -j), none may take the whole GPU.
+  o.device_pool.reserve = false;
   auto r = WhisperRunner::create(dir, o);
   if (!r.is_ok()) {
     ADD_FAILURE() << dir.string() << ": " << r.status().to_string();

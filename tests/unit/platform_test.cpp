@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::platform {
@@ -79,6 +80,28 @@ TEST_F(CpuPlatformTest, ImpossibleAllocationIsOutOfMemory) {
   const Result<void*> r = p_->allocate(size_t{1} << 60);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory);
+}
+
+// Host memory needs no pool: a reservation changes nothing the CPU platform reports or does.
+TEST_F(CpuPlatformTest, DevicePoolIsANoOp) {
+  const MemoryInfo before = p_->memory_info();
+  EXPECT_TRUE(p_->reserve_device_pool(size_t{1} << 20).is_ok());
+  EXPECT_TRUE(reserve_device_pool(*p_, DevicePoolOptions{}).is_ok());
+  EXPECT_FALSE(p_->device_pool().has_value());
+  EXPECT_EQ(p_->memory_info().total_bytes, before.total_bytes);
+  Result<Buffer> big = p_->allocate_buffer(size_t{2} << 20);  // larger than the "pool"
+  EXPECT_TRUE(big.is_ok());
+}
+
+TEST(DevicePool, DefaultHeadroomIsOneGibOrFourPercent) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EXPECT_EQ(default_pool_headroom(0), kGiB);
+  EXPECT_EQ(default_pool_headroom(16 * kGiB), kGiB);  // 4 % is 0.64 GiB: the floor wins
+  EXPECT_EQ(default_pool_headroom(25 * kGiB), kGiB);  // exactly 1 GiB either way
+  // An H200's 143771 MiB: 4 % is 5750.84 MiB.
+  const size_t h200 = size_t{143771} << 20;
+  EXPECT_EQ(default_pool_headroom(h200), static_cast<size_t>(static_cast<double>(h200) * 0.04));
+  EXPECT_GT(default_pool_headroom(h200), 5 * kGiB);
 }
 
 TEST_F(CpuPlatformTest, StreamsAndEvents) {

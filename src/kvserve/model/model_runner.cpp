@@ -15,8 +15,9 @@ namespace {
 constexpr double kCpuDefaultMemFraction = 0.25;
 constexpr size_t kCpuDefaultKvCap = size_t{4} << 30;
 constexpr int32_t kCpuDefaultMaxRunning = 64;
-// On a GPU the KV cache takes this share of the memory left after the weights; the rest holds
-// activations, the cuBLASLt workspace and CUDA's own allocations.
+// On a GPU the KV cache takes this share of the device pool left after the weights; the rest of
+// the pool holds activations, workspaces and graph buffers (CUDA's own allocations and the
+// cuBLASLt workspace live in the headroom outside the pool: platform/device_pool.h).
 constexpr double kGpuDefaultMemFraction = 0.85;
 constexpr int32_t kGpuDefaultMaxRunning = 256;
 // Extra req_to_token columns beyond the context (SGLang: +4 for speculative slack).
@@ -52,6 +53,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   r->page_size_ = o.page_size;
   KV_ASSIGN_OR_RETURN(const Device device, platform::parse_device(o.device));
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
+  // Before anything is allocated: weights, KV cache and activations all come from the pool.
+  KV_RETURN_IF_ERROR(platform::reserve_device_pool(*r->platform_, o.device_pool));
   if (!device.is_cpu()) {
     r->stream_ = std::make_unique<platform::Stream>(*r->platform_);
     r->platform_->set_current_stream(r->stream_->handle());

@@ -1,11 +1,12 @@
 // ModelRunner: one model instance on one platform with its KV memory (SGLang's ModelRunner).
 //
-// create() reads the checkpoint directory (config.json, safetensors), loads the weights, sizes the
-// KV pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights),
-// and creates the request-to-token table, the slot allocator and the attention backend; on a
-// device platform it runs everything on a stream of its own and, unless --disable-cuda-graph,
-// captures the decode graphs (decode_graph_runner.h) once the pools exist. The prefix cache
-// belongs to whoever schedules (it is created on top of these pools).
+// create() reserves the device memory pool (device platforms; platform/device_pool.h), reads the
+// checkpoint directory (config.json, safetensors), loads the weights into the pool, sizes the KV
+// pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights: of the
+// device pool on a GPU), and creates the request-to-token table, the slot allocator and the
+// attention backend; on a device platform it runs everything on a stream of its own and, unless
+// --disable-cuda-graph, captures the decode graphs (decode_graph_runner.h) once the pools exist.
+// The prefix cache belongs to whoever schedules (it is created on top of these pools).
 #pragma once
 
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/causal_lm.h"
 #include "kvserve/model/decode_graph_runner.h"
+#include "kvserve/platform/device_pool.h"
 
 namespace kvserve::model {
 
@@ -36,6 +38,11 @@ struct ModelRunnerOptions {
   // batches of up to this many requests (0: kDefaultCudaGraphMaxBs; at most the request rows).
   int32_t cuda_graph_max_bs = 0;
   bool disable_cuda_graph = false;  // every forward eager
+  // Device platforms: the pool every device allocation of this runner comes from, reserved right
+  // after the platform is created (platform/device_pool.h); the KV cache is then sized from what
+  // the pool has left after the weights. Tests that hold several CUDA runners at once, or share
+  // the GPU with other test processes, set reserve = false or a fixed size.
+  platform::DevicePoolOptions device_pool;
 };
 
 class ModelRunner {

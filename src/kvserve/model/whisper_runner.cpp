@@ -2,6 +2,7 @@
 
 #include "kvserve/mem/common.h"
 #include "kvserve/model/weights.h"
+#include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::model {
@@ -41,6 +42,8 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
         o.page_size);
   }
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
+  // Before anything is allocated: weights, KV cache and activations all come from the pool.
+  KV_RETURN_IF_ERROR(platform::reserve_device_pool(*r->platform_, o.device_pool));
   KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
   KV_ASSIGN_OR_RETURN(r->generation_, load_whisper_generation_config(dir));
   KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));

@@ -21,6 +21,7 @@
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/whisper_config.h"
 #include "kvserve/model/whisper_model.h"
+#include "kvserve/platform/device_pool.h"
 
 namespace kvserve::model {
 
@@ -34,6 +35,10 @@ struct WhisperRunnerOptions {
   int32_t max_running_requests = 8;
   // Slots in the pool; 0: every row filled (encoder + max_target_positions), page-aligned.
   int64_t max_total_tokens = 0;
+  // Device platforms: the pool every device allocation of this runner comes from, reserved right
+  // after the platform is created (platform/device_pool.h). Tests that hold several CUDA runners
+  // at once, or share the GPU with other test processes, set reserve = false or a fixed size.
+  platform::DevicePoolOptions device_pool;
 };
 
 class WhisperRunner {

@@ -21,6 +21,14 @@ Result<Tensor> Platform::empty(DType dtype, std::span<const int64_t> shape, bool
   return Tensor(std::move(buf), dtype, shape);
 }
 
+Status Platform::reserve_device_pool(size_t /*bytes*/) {
+  return Status::ok();  // host memory needs no pool: the CPU platform allocates directly
+}
+
+std::optional<DevicePoolInfo> Platform::device_pool() const {
+  return std::nullopt;
+}
+
 Status Platform::begin_capture(StreamHandle /*stream*/) {
   return make_status(StatusCode::kUnimplemented, "{}: no graph capture", name());
 }

@@ -9,10 +9,19 @@
 //
 // The CPU platform executes everything synchronously on the calling thread, so its streams are
 // trivially ordered and its events complete at record time.
+//
+// Device memory pool: a serving process reserves one pool up front (reserve_device_pool: one
+// cudaMalloc of nearly all free memory, never managed memory) and every later device allocation
+// is a sub-allocation of it (device_arena.h), so the KV cache is sized from what the pool has
+// left after the weights and nothing calls cudaMalloc/cudaFree while serving. Without a
+// reservation a platform allocates directly, as tests and tools that hold several platforms on
+// one GPU at once need.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,15 +29,24 @@
 
 #include "kvserve/core/status.h"
 #include "kvserve/core/tensor.h"
+#include "kvserve/platform/device_arena.h"
 #include "kvserve/platform/handles.h"
 
 namespace kvserve::platform {
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };
 
+// After reserve_device_pool, the pool: free_bytes is what it has left (fragments included; the
+// largest single block is in device_pool()), total_bytes its size. Before, the whole device.
 struct MemoryInfo {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
+};
+
+// A reserved pool: where it lies and how it is used.
+struct DevicePoolInfo {
+  uintptr_t base = 0;  // the pool is [base, base + stats.size)
+  ArenaStats stats;
 };
 
 class Platform : public MemoryResource {
@@ -41,9 +59,24 @@ class Platform : public MemoryResource {
   virtual std::string description() const = 0;
 
   // --- memory -------------------------------------------------------------------------------
-  // Device memory. Running out is an expected failure (kOutOfMemory), never a crash.
+  // Device memory (CUDA: 256-byte aligned, pool or not; CPU: 64). Running out is an expected
+  // failure (kOutOfMemory), never a crash; inside a pool the message names the free bytes and the
+  // largest free block. Inside a pool, deallocate returns the block at once, with no device
+  // synchronisation (cudaFree waits for the device): work still queued that uses it must be ordered
+  // before the next owner's work, which holds when both are on one stream (a runner's current
+  // stream); a caller that frees memory another stream still uses synchronises that stream first.
   virtual Result<void*> allocate(size_t bytes) = 0;
   void deallocate(void* ptr, size_t bytes) override = 0;
+  // Reserves `bytes` of device memory as this platform's pool (one allocation); allocate and
+  // deallocate then sub-allocate from it, memory_info reports it, and running out of it is
+  // kOutOfMemory even if the device has memory left (nothing outside the pool grows). Memory
+  // allocated before the reservation stays valid and is freed directly. Once per platform
+  // (kInvalidArgument after the first); kOutOfMemory if the device cannot give `bytes`. Sizing
+  // (free memory minus a headroom for what CUDA and libraries allocate themselves) is the
+  // caller's: reserve_device_pool in device_pool.h. The CPU platform has no pool: a no-op.
+  virtual Status reserve_device_pool(size_t bytes);
+  // The pool, or nullopt without one (and always on the CPU).
+  virtual std::optional<DevicePoolInfo> device_pool() const;
   // Page-locked host memory for asynchronous copies (plain memory on the CPU platform).
   virtual Result<void*> allocate_host(size_t bytes) = 0;
   virtual void deallocate_host(void* ptr, size_t bytes) = 0;

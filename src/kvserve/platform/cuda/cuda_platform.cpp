@@ -3,8 +3,15 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <optional>
+
 #include "kvserve/core/check.h"
+#include "kvserve/core/logging.h"
 #include "kvserve/platform/cuda/cuda_check.h"
+#include "kvserve/platform/device_arena.h"
 
 namespace kvserve::platform::cuda {
 namespace {
@@ -42,6 +49,11 @@ cudaMemcpyKind to_cuda(CopyKind kind) {
   return cudaMemcpyDefault;
 }
 
+// Captures this thread has begun and not ended. CUDA captures in thread-local mode, so a cudaMalloc
+// or cudaFree by this thread while it captures fails; a pool block would silently succeed and
+// leave the graph holding a pointer the pool may hand out again, so the pool refuses it too.
+thread_local int tl_captures = 0;
+
 cudaStream_t to_cuda(StreamHandle s) {
   return static_cast<cudaStream_t>(s.ptr);
 }
@@ -65,7 +77,33 @@ class CudaPlatform final : public Platform {
   Device device() const override { return Device{DeviceKind::kCuda, index_}; }
   std::string description() const override { return description_; }
 
+  ~CudaPlatform() override {
+    if (pool_ == nullptr) return;
+    const ArenaStats stats = pool_->stats();
+    if (stats.blocks_in_use > 0) {
+      // Buffers that outlive their platform are a bug of the owner; say so rather than crash in
+      // a destructor (the memory goes back to the device with the pool either way).
+      KV_LOG_ERROR("cuda:{}: device pool destroyed with {} blocks ({} bytes) still in use", index_,
+                   stats.blocks_in_use, stats.bytes_in_use);
+    }
+    DeviceGuard guard(index_);
+    cudaFree(reinterpret_cast<void*>(pool_->base()));
+  }
+
   Result<void*> allocate(size_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(pool_mutex_);
+      if (pool_ != nullptr) {
+        KV_CHECK(tl_captures == 0,
+                 "cuda:{}: allocating {} bytes while this thread captures a graph", index_, bytes);
+        Result<uintptr_t> block = pool_->allocate(bytes);
+        if (!block.is_ok()) {
+          return make_status(block.status().code(), "cuda:{}: {}", index_,
+                             block.status().message());
+        }
+        return reinterpret_cast<void*>(*block);
+      }
+    }
     DeviceGuard guard(index_);
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
@@ -77,8 +115,47 @@ class CudaPlatform final : public Platform {
     return p;
   }
   void deallocate(void* ptr, size_t /*bytes*/) override {
-    DeviceGuard guard(index_);
+    {
+      std::lock_guard<std::mutex> lock(pool_mutex_);
+      if (pool_ != nullptr && pool_->contains(reinterpret_cast<uintptr_t>(ptr))) {
+        KV_CHECK(tl_captures == 0,
+                 "cuda:{}: freeing device memory while this thread captures a graph", index_);
+        pool_->deallocate(reinterpret_cast<uintptr_t>(ptr));
+        return;
+      }
+    }
+    DeviceGuard guard(index_);  // allocated before the reservation, or without one
     KV_CUDA_CHECK(cudaFree(ptr));
+  }
+  Status reserve_device_pool(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    if (pool_ != nullptr) {
+      return invalid_argument("cuda:{}: a device pool of {} bytes is already reserved", index_,
+                              pool_->size());
+    }
+    if (bytes < DeviceArena::kAlignment) {
+      return invalid_argument("cuda:{}: a device pool needs at least {} bytes, got {}", index_,
+                              DeviceArena::kAlignment, bytes);
+    }
+    DeviceGuard guard(index_);
+    void* base = nullptr;
+    const cudaError_t err = cudaMalloc(&base, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      size_t free_bytes = 0;
+      size_t total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      return out_of_memory("cuda:{}: cannot reserve a device pool of {} bytes ({} free of {})",
+                           index_, bytes, free_bytes, total_bytes);
+    }
+    KV_CUDA_CHECK(err);
+    pool_ = std::make_unique<DeviceArena>(reinterpret_cast<uintptr_t>(base), bytes);
+    return Status::ok();
+  }
+  std::optional<DevicePoolInfo> device_pool() const override {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    if (pool_ == nullptr) return std::nullopt;
+    return DevicePoolInfo{pool_->base(), pool_->stats()};
   }
   Result<void*> allocate_host(size_t bytes) override {
     void* p = nullptr;
@@ -92,6 +169,13 @@ class CudaPlatform final : public Platform {
   }
   void deallocate_host(void* ptr, size_t /*bytes*/) override { KV_CUDA_CHECK(cudaFreeHost(ptr)); }
   MemoryInfo memory_info() const override {
+    {
+      std::lock_guard<std::mutex> lock(pool_mutex_);
+      if (pool_ != nullptr) {
+        const ArenaStats stats = pool_->stats();
+        return MemoryInfo{stats.free_bytes, stats.size};
+      }
+    }
     DeviceGuard guard(index_);
     MemoryInfo info;
     KV_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
@@ -175,12 +259,14 @@ class CudaPlatform final : public Platform {
       return make_status(StatusCode::kInternal, "cuda:{}: cudaStreamBeginCapture: {}", index_,
                          cudaGetErrorString(err));
     }
+    ++tl_captures;
     return Status::ok();
   }
   Result<GraphHandle> end_capture(StreamHandle stream) override {
     DeviceGuard guard(index_);
     cudaGraph_t graph = nullptr;
     cudaError_t err = cudaStreamEndCapture(to_cuda(stream), &graph);
+    if (tl_captures > 0) --tl_captures;  // capture mode ends whether or not the capture worked
     if (err != cudaSuccess) {
       cudaGetLastError();
       if (graph != nullptr) cudaGraphDestroy(graph);
@@ -213,6 +299,10 @@ class CudaPlatform final : public Platform {
  private:
   int index_;
   std::string description_;
+  // The reserved pool (null until reserve_device_pool). The mutex makes allocate/deallocate as
+  // thread-safe as cudaMalloc/cudaFree, which callers may rely on.
+  mutable std::mutex pool_mutex_;
+  std::unique_ptr<DeviceArena> pool_;
 };
 
 int device_count() {

@@ -38,7 +38,10 @@
 namespace kvserve::platform::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLASLt asks for on Hopper
+// What cuBLASLt asks for on Hopper. One workspace for the process, allocated at the first GEMM
+// with cudaMalloc: the one device allocation outside a platform's device pool, counted in the
+// pool's headroom (platform/device_pool.h).
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
