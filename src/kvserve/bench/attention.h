@@ -5,7 +5,8 @@
 // cached ones, through the tensor-core paged prefill kernel (or the decode kernel with one query
 // per token, today's extend path, with kernel "decode-per-token"), timed in TFLOP/s against a
 // stated peak. --kv-dtype fp8_e4m3 / fp8_e5m2 stores the pool in fp8 (quantised from the same
-// bf16 draws, scale 1): the roofline counts the bytes of the cache dtype.
+// bf16 draws with k_scale / v_scale, 1 from the command line): the roofline counts the bytes of
+// the cache dtype, and the reference reads the dequantised fp8 values.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,8 @@ struct AttentionBenchConfig {
   int32_t num_kv_heads = 8;
   int32_t head_dim = 128;
   DType kv_dtype = DType::kBF16;  // the pool's: kBF16, kFP8E4M3 or kFP8E5M2
+  float k_scale = 1.0f;           // fp8 pools: stored = value / scale (tests vary them)
+  float v_scale = 1.0f;
   int32_t iters = 50;
   int32_t num_splits = 0;  // 0: the kernel's plan decides (plan_paged_decode[_tc])
   // With num_splits > 0: every request cut alike in tokens_per_split chunks (0: ceil(longest /
