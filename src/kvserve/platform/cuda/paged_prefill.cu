@@ -642,7 +642,7 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
     }
   }
 
-  // Loads: thread tid copies chunk tid % kChunks of rows tid / kChunks + i * kRowStep.
+  // Loads: thread tid copies chunk tid % kLoadChunks of rows tid / kLoadChunks + i * kRowStep.
   const int32_t* pages = p.page_ids + p.page_indptr[b];
   const auto* kg = static_cast<const KV*>(p.k_cache);
   const auto* vg = static_cast<const KV*>(p.v_cache);
