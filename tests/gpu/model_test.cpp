@@ -4,6 +4,8 @@
 //   * a random-weight Qwen2.5-0.5B-shaped model (q/k/v bias, GQA 14/2, head_dim 64): logits of a
 //     prefill, of an extend over a cached prefix and of decode steps, teacher-forced with the
 //     CPU's greedy tokens, for page sizes 1, 16, 64 and 128 and requests of 1, 33 and 200 tokens;
+//   * the same with an fp8 KV cache (e4m3 and e5m2) on both sides, through cuda-paged and
+//     cuda-ragged: the CPU reads the same quantised values (kv_reader), so the bf16 bounds hold;
 //   * the trained demo model (models/demo-lm): greedy tokens over 32 steps equal the CPU's, except
 //     where bf16 flips a near-tie (the CPU's logprobs of both tokens within 0.05 nats).
 // Skips itself without a CUDA device.
@@ -15,6 +17,8 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <string>
+#include <type_traits>
 
 #include "kvserve/engine/generate.h"
 #include "kvserve/mem/allocation.h"
@@ -36,10 +40,14 @@ bool have_cuda() {
 }
 
 std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, const std::string& device,
-                                                int32_t page_size) {
+                                                int32_t page_size,
+                                                const std::string& kv_cache_dtype = "auto",
+                                                const std::string& backend = "") {
   model::ModelRunnerOptions o;
   o.device = device;
   o.page_size = page_size;
+  o.kv_cache_dtype = kv_cache_dtype;
+  o.attention_backend = backend;
   o.max_total_tokens = 4096;
   o.max_running_requests = 8;
   // No device pool: GPU suites run side by side (ctest -j), none may take the whole GPU.
@@ -52,11 +60,16 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, const std::
 using test_support::argmax_rows;
 using test_support::ModelSession;
 
-class RandomModelTest : public testing::TestWithParam<int32_t> {
+// A random-weight Qwen2.5-0.5B-shaped checkpoint, made once per suite (one directory per
+// parameter type: the suites run one after the other and each removes its own).
+template <typename Param>
+class RandomModelSuite : public testing::TestWithParam<Param> {
  protected:
   static void SetUpTestSuite() {
     if (!have_cuda()) return;
-    dir_ = new fs::path(fs::temp_directory_path() / "kvserve-gpu-model-test-qwen");
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        (std::is_same_v<Param, int32_t> ? "kvserve-gpu-model-test-qwen"
+                                                        : "kvserve-gpu-model-test-qwen-fp8"));
     model::MakeModelOptions o;
     o.preset = "qwen2.5-0.5b-shape";
     o.output = *dir_;
@@ -73,16 +86,18 @@ class RandomModelTest : public testing::TestWithParam<int32_t> {
   void SetUp() override {
     if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   }
-  static fs::path* dir_;
+  static inline fs::path* dir_ = nullptr;
 };
-fs::path* RandomModelTest::dir_ = nullptr;
 
-TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
-  const int32_t page_size = GetParam();
-  auto cpu = make_runner(*dir_, "cpu", page_size);
-  auto gpu = make_runner(*dir_, "cuda", page_size);
+using RandomModelTest = RandomModelSuite<int32_t>;
+
+// Prefill, extend over the cached prefix and decode steps teacher-forced with the CPU's greedy
+// tokens: CUDA's logits against the CPU's at every stage (kv_cache_dtype on both sides).
+void logits_match_cpu(const fs::path& dir, int32_t page_size, const std::string& kv_cache_dtype,
+                      const std::string& backend, uint64_t seed) {
+  auto cpu = make_runner(dir, "cpu", page_size, kv_cache_dtype);
+  auto gpu = make_runner(dir, "cuda", page_size, kv_cache_dtype, backend);
   const int64_t vocab = cpu->config().vocab_size;
-  const uint64_t seed = 1234 + page_size;
   std::cout << "[ seed     ] " << seed << std::endl;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> id(0, 20000);
@@ -98,7 +113,8 @@ TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
     const std::vector<float> lc = sc.logits(add, decode);
     const std::vector<float> lg = sg.logits(add, decode);
     const test_support::LogitsAgreement a = test_support::logits_agreement(lc, lg, vocab);
-    std::cout << "[ " << stage << " ] page " << page_size << ": rel L2 " << a.rel_l2
+    std::cout << "[ " << stage << " ] page " << page_size << " KV " << kv_cache_dtype << " "
+              << (backend.empty() ? "default" : backend) << ": rel L2 " << a.rel_l2
               << ", max |diff| " << a.max_abs << ", confident top-1 " << a.confident_agree << "/"
               << a.confident << std::endl;
     EXPECT_LT(a.rel_l2, 0.03) << stage;
@@ -127,9 +143,45 @@ TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
   }
 }
 
+TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
+  const int32_t page_size = GetParam();
+  logits_match_cpu(*dir_, page_size, "auto", "", 1234 + page_size);
+}
+
 INSTANTIATE_TEST_SUITE_P(PageSizes, RandomModelTest, testing::Values(1, 16, 64, 128),
                          [](const testing::TestParamInfo<int32_t>& i) {
                            return "page" + std::to_string(i.param);
+                         });
+
+// fp8 KV on both sides: the CPU's f32 attention reads the same quantised bytes (scale 1 per
+// layer, as the runner sets them), so the difference is bf16 compute alone, as above.
+struct Fp8ModelCase {
+  const char* kv_dtype;
+  const char* backend;
+  int32_t page_size;
+};
+
+using RandomModelFp8Test = RandomModelSuite<Fp8ModelCase>;
+
+TEST_P(RandomModelFp8Test, LogitsMatchCpuWithTheSameFp8Cache) {
+  const Fp8ModelCase c = GetParam();
+  logits_match_cpu(*dir_, c.page_size, c.kv_dtype, c.backend,
+                   5678 + c.page_size + (std::string(c.backend) == "cuda-ragged" ? 1000 : 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(KvFp8, RandomModelFp8Test,
+                         testing::Values(Fp8ModelCase{"fp8_e4m3", "cuda-paged", 1},
+                                         Fp8ModelCase{"fp8_e4m3", "cuda-paged", 16},
+                                         Fp8ModelCase{"fp8_e4m3", "cuda-paged", 64},
+                                         Fp8ModelCase{"fp8_e5m2", "cuda-paged", 16},
+                                         Fp8ModelCase{"fp8_e4m3", "cuda-ragged", 16},
+                                         Fp8ModelCase{"fp8_e5m2", "cuda-ragged", 1}),
+                         [](const testing::TestParamInfo<Fp8ModelCase>& i) {
+                           std::string name = std::string(i.param.kv_dtype) + "_" +
+                                              i.param.backend + "_page" +
+                                              std::to_string(i.param.page_size);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
                          });
 
 fs::path demo_model_dir() {

@@ -9,7 +9,10 @@
 //   * a decode graph's plan (for the longest possible request) against the eager plan: the same
 //     bits; the kernel captured in a CUDA graph (with its merge kernel) and replayed on new
 //     lengths and page lists;
-//   * every query empty: zeros; bench-attention's tc path; the occupancy the split plan assumes.
+//   * every query empty: zeros; bench-attention's tc path; the occupancy the split plan assumes;
+//   * an fp8 KV cache (e4m3, e5m2; scales that are not 1): page sizes 1 / 16 / 64 / 128, groups
+//     1 / 4 / 8, head_dim 64 / 128, every pipeline depth and split mode, against the reference on
+//     the dequantised fp8 values (so the bound is the bf16 one).
 // Bounds are bf16 ulps of the reference value (at least 2^-10, as bench-attention measures): the
 // kernel rounds P to bf16 for the P V product, which costs a few ulps at most (<= 8 allowed, as
 // the prefill kernel's test). Every case prints its seed. Skips itself without a CUDA device.
@@ -467,6 +470,106 @@ TEST(PagedDecodeTc, BenchAttentionTcPath) {
   bad.kernel = "decode";
   bad.variant = "s3";
   EXPECT_FALSE(bench::run_attention_bench(*cuda, bad).is_ok()) << "stages need --kernel tc";
+}
+
+// --- an fp8 KV cache ---------------------------------------------------------------------------
+struct Fp8Case {
+  DType dtype;
+  int32_t page_size;
+  int32_t group;
+  int32_t head_dim;
+};
+
+class PagedDecodeTcFp8Test : public testing::TestWithParam<Fp8Case> {
+ protected:
+  void SetUp() override {
+    cuda_ = cuda_or_null();
+    if (!cuda_) GTEST_SKIP() << "no CUDA device";
+  }
+  std::unique_ptr<platform::Platform> cuda_;
+};
+
+TEST_P(PagedDecodeTcFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
+  const Fp8Case c = GetParam();
+  struct Mode {
+    const char* variant;
+    int32_t num_splits;  // 0: planned
+    int32_t min_tokens_per_split;
+  };
+  // Planned; one split (s2); 3 cut alike, unaligned chunks (s3); 40 per-request (more splits
+  // than tiles: empty splits) (s4).
+  const Mode modes[] = {{"auto", 0, -1}, {"s2", 1, -1}, {"s3", 3, 0}, {"s4", 40, 128}};
+  const uint64_t seed = 9000 + 10 * c.page_size + 100000 * c.group + c.head_dim +
+                        (c.dtype == DType::kFP8E5M2 ? 7 : 0);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int32_t> lens = {4097, 1, 17, 1000, 0, 64, 129, 63, 65};
+  std::uniform_int_distribution<int32_t> len(0, 2100);
+  while (lens.size() < 20)
+    lens.push_back(len(rng));
+  for (const Mode& m : modes) {
+    bench::AttentionBenchConfig cfg;
+    cfg.kernel = "tc";
+    cfg.variant = m.variant;
+    cfg.kv_dtype = c.dtype;
+    cfg.k_scale = 0.043f;
+    cfg.v_scale = 2.3f;
+    cfg.page_size = c.page_size;
+    cfg.num_kv_heads = 2;
+    cfg.num_q_heads = 2 * c.group;
+    cfg.head_dim = c.head_dim;
+    cfg.num_splits = m.num_splits;
+    cfg.min_tokens_per_split = m.min_tokens_per_split;
+    cfg.iters = 1;
+    cfg.measure_copy = false;
+    cfg.seed = seed;
+    cfg.seq_lens = lens;
+    std::cout << "[ seed     ] " << seed << " variant " << m.variant << std::endl;
+    const auto r = bench::run_attention_bench(*cuda_, cfg);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_LE(r->max_ulp_err, kMaxUlp)
+        << m.variant << " (" << r->num_splits << " splits) abs " << r->max_abs_err;
+  }
+}
+
+std::vector<Fp8Case> fp8_cases() {
+  std::vector<Fp8Case> out;
+  for (const DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
+    for (const int32_t ps : {1, 16, 64, 128}) {
+      for (const int32_t group : {1, 4, 8}) {
+        for (const int32_t d : {64, 128})
+          out.push_back({dt, ps, group, d});
+      }
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8, PagedDecodeTcFp8Test, testing::ValuesIn(fp8_cases()),
+                         [](const testing::TestParamInfo<Fp8Case>& i) {
+                           return std::string(dtype_name(i.param.dtype)) + "_ps" +
+                                  std::to_string(i.param.page_size) + "_g" +
+                                  std::to_string(i.param.group) + "_d" +
+                                  std::to_string(i.param.head_dim);
+                         });
+
+// fp8 with every query empty: zeros (the kernel's empty splits, not the backend's guard).
+TEST(PagedDecodeTc, Fp8EveryQueryEmptyGivesZeros) {
+  auto cuda = cuda_or_null();
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  for (const DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
+    for (const char* kernel : {"tc", "decode"}) {
+      bench::AttentionBenchConfig cfg;
+      cfg.kernel = kernel;
+      cfg.kv_dtype = dt;
+      cfg.iters = 1;
+      cfg.measure_copy = false;
+      cfg.seq_lens = {0, 0, 0};
+      const auto r = bench::run_attention_bench(*cuda, cfg);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      // The reference is exactly 0 there, so any nonzero output (or NaN: never written) shows.
+      EXPECT_EQ(r->max_abs_err, 0.0) << kernel << " " << dtype_name(dt);
+    }
+  }
 }
 
 // The split plan counts decode_tc_ctas_per_sm blocks per SM; the device should fit at least as

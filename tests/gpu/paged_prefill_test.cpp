@@ -2,8 +2,10 @@
 // (ops::reference::paged_prefill) on a fragmented pool: ragged batches of 1, 3 and 7 requests
 // (new tokens 1 / 17 / 300 after cached prefixes 0 / 17 / 1000), page sizes 1..128, GQA groups
 // 1 / 4 / 8, head_dim 64 and 128, causal and not (with empty KV), every tile variant; and the
-// cuda-paged backend's extend output against the per-token decode path it replaced. Skips itself
-// without a CUDA device.
+// cuda-paged backend's extend output against the per-token decode path it replaced. The same for
+// an fp8 KV cache (e4m3 / e5m2, scales that are not 1): the kernel against the reference on the
+// dequantised fp8 values (the bf16 bound), and the backend's two paths over an fp8 pool whose
+// layer scales were set. Skips itself without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,9 +111,12 @@ INSTANTIATE_TEST_SUITE_P(Configs, PagedPrefillTest, testing::ValuesIn(cases()),
                          });
 
 // The backend's extend output with the prefill kernel equals the per-token decode path.
-TEST(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
+class CudaPagedBackendPrefill : public testing::TestWithParam<DType> {};
+
+TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
   auto cuda = cuda_or_null();
   if (!cuda) GTEST_SKIP() << "no CUDA device";
+  const DType kv_dtype = GetParam();
   constexpr int32_t kHeads = 8, kKvHeads = 2, kDim = 128;
   for (const int32_t ps : {1, 16, 64}) {
     auto pool = std::move(mem::MHATokenToKVPool::create(*cuda, {.num_layers = 1,
@@ -119,8 +124,10 @@ TEST(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
                                                                 .head_dim = kDim,
                                                                 .size = 16384,
                                                                 .page_size = ps,
-                                                                .dtype = DType::kBF16})
+                                                                .dtype = kv_dtype})
                               .value());
+    // fp8: the store divides by these and both kernels multiply back.
+    if (is_float8(kv_dtype)) pool->set_kv_scales(0, 0.29f, 1.3f);
     mem::ReqToTokenPool rows(8, 4096);
     auto alloc = mem::make_allocator(16384, ps);
     mem::ChunkCache cache(rows, *alloc);
@@ -214,11 +221,94 @@ TEST(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
       const double d = std::abs(a - b) / ulp;
       worst_ulp = std::max(worst_ulp, std::isnan(d) ? INFINITY : d);
     }
-    EXPECT_LE(worst_ulp, 2.0) << "page size " << ps;
+    EXPECT_LE(worst_ulp, 2.0) << "page size " << ps << " KV " << dtype_name(kv_dtype);
     for (auto& r : kv)
       mem::release_kv_cache(memory, r, {}, false);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaPagedBackendPrefill,
+                         testing::Values(DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2),
+                         [](const testing::TestParamInfo<DType>& i) {
+                           return std::string(dtype_name(i.param));
+                         });
+
+// --- an fp8 KV cache: the kernel against the reference on the dequantised values -------------
+struct Fp8Case {
+  DType dtype;
+  int32_t page_size;
+  int32_t group;
+  int32_t head_dim;
+  bool causal;
+};
+
+class PagedPrefillFp8Test : public testing::TestWithParam<Fp8Case> {
+ protected:
+  void SetUp() override {
+    cuda_ = cuda_or_null();
+    if (!cuda_) GTEST_SKIP() << "no CUDA device";
+  }
+  std::unique_ptr<platform::Platform> cuda_;
+};
+
+TEST_P(PagedPrefillFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
+  const Fp8Case c = GetParam();
+  // Ragged: new tokens after cached prefixes (odd lengths), one request with no prefix; not
+  // causal, a request with prefix 0 has no KV at all (the empty-KV rows).
+  const std::vector<int32_t> q_lens = {17, 300, 1, 33, 129};
+  const std::vector<int32_t> prefix_lens = {0, 1000, 17, 65, 0};
+  for (const char* variant : {"m64w4", "m128w8", "m128w4"}) {
+    bench::AttentionBenchConfig cfg;
+    cfg.mode = "prefill";
+    cfg.variant = variant;
+    cfg.kv_dtype = c.dtype;
+    cfg.k_scale = 0.061f;
+    cfg.v_scale = 1.9f;
+    cfg.page_size = c.page_size;
+    cfg.num_kv_heads = 2;
+    cfg.num_q_heads = 2 * c.group;
+    cfg.head_dim = c.head_dim;
+    cfg.causal = c.causal;
+    cfg.iters = 1;
+    cfg.measure_copy = false;
+    cfg.check_max_work = 1e9;
+    cfg.seed = 7031 + c.page_size + 100 * c.group + c.head_dim + (c.causal ? 1 : 0) +
+               (c.dtype == DType::kFP8E5M2 ? 30000 : 0);
+    cfg.q_lens = q_lens;
+    for (size_t b = 0; b < q_lens.size(); ++b)
+      cfg.kv_lens.push_back(prefix_lens[b] + (c.causal ? q_lens[b] : 0));
+    std::cout << "[ seed     ] " << cfg.seed << " variant " << variant << std::endl;
+    const auto r = bench::run_attention_bench(*cuda_, cfg);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    // The bf16 cases' bound (the reference is exact with respect to quantisation).
+    EXPECT_LE(r->max_ulp_err, 8.0)
+        << "seed " << cfg.seed << " kernel " << r->variant << " abs " << r->max_abs_err;
+  }
+}
+
+std::vector<Fp8Case> fp8_cases() {
+  std::vector<Fp8Case> out;
+  for (const DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
+    for (const int32_t ps : {1, 16, 64, 128}) {
+      for (const int32_t group : {1, 4, 8}) {
+        for (const int32_t d : {64, 128}) {
+          for (const bool causal : {true, false})
+            out.push_back({dt, ps, group, d, causal});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8, PagedPrefillFp8Test, testing::ValuesIn(fp8_cases()),
+                         [](const testing::TestParamInfo<Fp8Case>& i) {
+                           return std::string(dtype_name(i.param.dtype)) + "_ps" +
+                                  std::to_string(i.param.page_size) + "_g" +
+                                  std::to_string(i.param.group) + "_d" +
+                                  std::to_string(i.param.head_dim) +
+                                  (i.param.causal ? "_causal" : "_full");
+                         });
 
 }  // namespace
 }  // namespace kvserve

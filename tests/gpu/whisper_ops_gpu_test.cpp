@@ -4,7 +4,9 @@
 // and 2), the position-embedding add (with and without positions) and the encoder's attention
 // (varlen, one sequence over packed q|k|v rows) against the CPU ops on the same rounded inputs;
 // varlen attention (causal and not, GQA, empty sequences) against a float64 host reference; the
-// gather exactly. Skips itself without a CUDA device.
+// gather exactly, and from an fp8 cache (e4m3, e5m2) widened into bf16 rows times the layer's
+// scales, exactly as the host computes it (cuda-ragged's fp8 path). Skips itself without a CUDA
+// device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -327,6 +329,76 @@ TEST_P(WhisperOpsGpuTest, GatherKvCopiesSlotsExactly) {
     for (int64_t e = 0; e < row; ++e) {
       ASSERT_EQ(gk[t * row + e], kc[idx[t] * row + e]) << t;
       ASSERT_EQ(gv[t * row + e], vc[idx[t] * row + e]) << t;
+    }
+  }
+}
+
+// cuda-ragged over an fp8 pool: the gather widens every byte (all 256 codes but NaN) into bf16
+// times the scale; the host's float(fp8) * scale rounded to bf16 is the same computation.
+TEST(GatherKvFp8, WidensIntoBf16WithScales) {
+  auto p = platform::create_platform(Device{DeviceKind::kCuda, 0});
+  if (!p.is_ok()) GTEST_SKIP() << p.status().to_string();
+  platform::Platform& gpu = **p;
+  const int64_t slots = 97, row = 3 * 64;
+  const float k_scale = 0.037f, v_scale = 2.9f;
+  constexpr uint32_t kGatherSeed = 20261201;
+  std::mt19937 rng(kGatherSeed);
+  std::cout << "[ seed     ] " << kGatherSeed << std::endl;
+  for (const DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
+    auto nan = [&](uint8_t b) {
+      return std::isnan(dt == DType::kFP8E4M3 ? fp8_e4m3_to_float(b) : fp8_e5m2_to_float(b));
+    };
+    std::vector<uint8_t> kc(slots * row), vc(slots * row);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int64_t i = 0; i < slots * row; ++i) {
+      // Every code in order first (each slot row holds 192 of them), then random ones.
+      auto draw = [&](int64_t salt) {
+        uint8_t b = static_cast<uint8_t>(i + salt < 256 ? i + salt : byte(rng));
+        while (nan(b))
+          b = static_cast<uint8_t>(byte(rng));
+        return b;
+      };
+      kc[i] = draw(0);
+      vc[i] = draw(64);
+    }
+    auto upload = [&](const void* host, size_t bytes) {
+      auto buf = std::move(gpu.allocate_buffer(bytes).value());
+      gpu.copy(buf.data(), host, bytes, platform::CopyKind::kHostToDevice);
+      return buf;
+    };
+    const std::vector<int32_t> idx = {5, 0, 96, 7, 7, 33, 64, 1, 2, 3, 90};
+    const auto n = static_cast<int64_t>(idx.size());
+    const Buffer dk = upload(kc.data(), kc.size()), dv = upload(vc.data(), vc.size());
+    const Buffer didx = upload(idx.data(), idx.size() * 4);
+    Buffer ko = std::move(gpu.allocate_buffer(n * row * 2).value());
+    Buffer vo = std::move(gpu.allocate_buffer(n * row * 2).value());
+    ops::gather_kv(gpu, {.k_cache = dk.data(),
+                         .v_cache = dv.data(),
+                         .slots = didx.data_as<int32_t>(),
+                         .k_out = ko.data(),
+                         .v_out = vo.data(),
+                         .dtype = DType::kBF16,
+                         .cache_dtype = dt,
+                         .k_scale = k_scale,
+                         .v_scale = v_scale,
+                         .num_tokens = n,
+                         .row_elems = row,
+                         .num_slots = slots});
+    std::vector<uint16_t> gk(n * row), gv(n * row);
+    gpu.copy(gk.data(), ko.data(), gk.size() * 2, platform::CopyKind::kDeviceToHost);
+    gpu.copy(gv.data(), vo.data(), gv.size() * 2, platform::CopyKind::kDeviceToHost);
+    gpu.synchronize();
+    auto want = [&](uint8_t b, float scale) {
+      const float f = dt == DType::kFP8E4M3 ? fp8_e4m3_to_float(b) : fp8_e5m2_to_float(b);
+      return float_to_bf16(f * scale);
+    };
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t e = 0; e < row; ++e) {
+        ASSERT_EQ(gk[t * row + e], want(kc[idx[t] * row + e], k_scale))
+            << dtype_name(dt) << " token " << t << " element " << e;
+        ASSERT_EQ(gv[t * row + e], want(vc[idx[t] * row + e], v_scale))
+            << dtype_name(dt) << " token " << t << " element " << e;
+      }
     }
   }
 }

@@ -125,6 +125,13 @@ TEST(Cli, BenchAttentionNeedsCuda) {
   r = run_kvserve("bench-attention --device cpu --backend flash9");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("flash9"), std::string::npos) << r.output;
+  // --kv-dtype is parsed before the device is touched: a bad name is a usage error naming it.
+  r = run_kvserve("bench-attention --device cpu --kv-dtype fp9");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--kv-dtype fp9"), std::string::npos) << r.output;
+  r = run_kvserve("bench-attention --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("fp8_e4m3"), std::string::npos) << r.output;
 }
 
 // transcribe: a whisper-test checkpoint (random weights: the text is gibberish, but deterministic)

@@ -13,6 +13,8 @@
 // and workspace layout, so the plan and the metadata do not depend on the choice.
 // CudaPagedOptions::prefill_kernel = false keeps the decode kernel for extends too (tests compare
 // the two paths).
+// The pool may hold bf16 or fp8 (e4m3 / e5m2) K/V: every kernel reads the stored elements (fp8:
+// half the bytes) and applies the layer's scales itself (value = stored * scale).
 //
 // init_forward_metadata builds the page lists, per-request qo_indptr / kv_lens (prefill) or
 // per-query starts and lengths (decode) and the store slots on the host once per forward and
@@ -202,9 +204,13 @@ class CudaPagedBackend final : public AttentionBackend {
   void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
            bool save_kv) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
-    KV_CHECK(io.dtype == DType::kBF16 && pool.config().dtype == DType::kBF16,
-             "cuda-paged reads bf16 queries and a bf16 KV cache (got {} / {})",
-             dtype_name(io.dtype), dtype_name(pool.config().dtype));
+    const DType kv_dtype = pool.config().dtype;
+    KV_CHECK(io.dtype == DType::kBF16 && ops::is_paged_kv_dtype(kv_dtype),
+             "cuda-paged reads bf16 queries and a bf16 or fp8 KV cache (got {} / {})",
+             dtype_name(io.dtype), dtype_name(kv_dtype));
+    // fp8: the kernels multiply the stored bytes back by the layer's scales.
+    const float k_scale = pool.k_scale(layer.layer_id);
+    const float v_scale = pool.v_scale(layer.layer_id);
     const int32_t* meta = meta_.device();
     if (save_kv) {
       store_kv_from_device(platform_, io, layer, batch, meta + loc_, meta + encoder_loc_);
@@ -222,6 +228,9 @@ class CudaPagedBackend final : public AttentionBackend {
           .q = io.q,
           .k_cache = pool.k_buffer(layer.layer_id).data(),
           .v_cache = pool.v_buffer(layer.layer_id).data(),
+          .kv_dtype = kv_dtype,
+          .k_scale = k_scale,
+          .v_scale = v_scale,
           .qo_indptr = meta + qo_indptr_,
           .page_indptr = meta + qs.page_indptr,
           .page_ids = meta + qs.page_ids,
@@ -255,6 +264,9 @@ class CudaPagedBackend final : public AttentionBackend {
         .q = io.q,
         .k_cache = pool.k_buffer(layer.layer_id).data(),
         .v_cache = pool.v_buffer(layer.layer_id).data(),
+        .kv_dtype = kv_dtype,
+        .k_scale = k_scale,
+        .v_scale = v_scale,
         .page_indptr = meta + qs.starts,
         .page_ids = meta + qs.page_ids,
         .seq_lens = meta + qs.lens,

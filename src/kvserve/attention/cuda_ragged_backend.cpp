@@ -9,6 +9,8 @@
 // [total_kv, kv_heads, head_dim] buffers, and varlen_attention runs causal over the decoder region
 // (query i of an extend of q_len tokens over kv_len positions sees kv_len - q_len + i + 1) or
 // non-causal over the encoder region. Empty KV (every encoder_len 0): zeros, no launch.
+// An fp8 pool is widened by the gather into bf16 rows (times the layer's scales): the varlen
+// kernel never sees fp8.
 //
 // init_forward_metadata builds the store slots, the gather lists and the cumulative query and key
 // lengths on the host once per forward and uploads them in one copy.
@@ -94,9 +96,12 @@ class CudaRaggedBackend final : public AttentionBackend {
   void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
            bool save_kv) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
-    KV_CHECK(io.dtype == pool.config().dtype,
-             "cuda-ragged gathers the cache as it is: queries {} and KV cache {} must match",
-             dtype_name(io.dtype), dtype_name(pool.config().dtype));
+    const DType kv_dtype = pool.config().dtype;
+    // The gather copies the cache as it is, or widens an fp8 cache into bf16 rows (times the
+    // layer's scales), so the varlen kernel always reads the queries' dtype.
+    KV_CHECK(io.dtype == kv_dtype || (is_float8(kv_dtype) && io.dtype == DType::kBF16),
+             "cuda-ragged: queries {} over a {} KV cache (the same dtype, or bf16 over fp8)",
+             dtype_name(io.dtype), dtype_name(kv_dtype));
     const int32_t* meta = meta_.device();
     if (save_kv) {
       store_kv_from_device(platform_, io, layer, batch, meta + loc_, meta + encoder_loc_);
@@ -119,6 +124,9 @@ class CudaRaggedBackend final : public AttentionBackend {
                                .k_out = k_gathered_.data(),
                                .v_out = v_gathered_.data(),
                                .dtype = io.dtype,
+                               .cache_dtype = kv_dtype,
+                               .k_scale = pool.k_scale(layer.layer_id),
+                               .v_scale = pool.v_scale(layer.layer_id),
                                .num_tokens = g.total_kv,
                                .row_elems = kv_width,
                                .num_slots = kc.dim(0)});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -46,7 +47,7 @@ double median(std::vector<double> v) {
 struct Pool {
   std::vector<int32_t> indptr;  // [batch + 1]
   std::vector<int32_t> page_ids;
-  std::vector<uint16_t> k, v;  // [slots, num_kv_heads, head_dim] bf16
+  std::vector<uint8_t> k, v;  // [slots, num_kv_heads, head_dim] of the cache dtype
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -72,7 +73,22 @@ std::vector<uint16_t> random_bf16(std::mt19937_64& rng, int64_t n) {
   return v;
 }
 
-Pool make_pool(std::mt19937_64& rng, const std::vector<int32_t>& kv_lens, int32_t ps, int64_t row) {
+// bf16 values as a cache of `dtype`: the bytes as they are, or quantised to fp8 as the KV store
+// does it (stored = value / scale; the values are about normal(0, 1), so scale 1 stays well
+// inside e4m3's and e5m2's range).
+std::vector<uint8_t> as_cache(const std::vector<uint16_t>& bf16, DType dtype, float scale) {
+  std::vector<uint8_t> out(bf16.size() * dtype_size(dtype));
+  if (dtype == DType::kBF16) {
+    std::memcpy(out.data(), bf16.data(), out.size());
+    return out;
+  }
+  convert_elements(bf16.data(), DType::kBF16, out.data(), dtype, bf16.size(),
+                   is_float8(dtype) ? 1.0f / scale : 1.0f);
+  return out;
+}
+
+Pool make_pool(std::mt19937_64& rng, const std::vector<int32_t>& kv_lens, int32_t ps, int64_t row,
+               const AttentionBenchConfig& c) {
   Pool pool;
   const auto batch = static_cast<int32_t>(kv_lens.size());
   pool.indptr.assign(batch + 1, 0);
@@ -82,8 +98,8 @@ Pool make_pool(std::mt19937_64& rng, const std::vector<int32_t>& kv_lens, int32_
   pool.page_ids.resize(static_cast<size_t>(num_pages - 1));
   std::iota(pool.page_ids.begin(), pool.page_ids.end(), 1);
   std::shuffle(pool.page_ids.begin(), pool.page_ids.end(), rng);
-  pool.k = random_bf16(rng, num_pages * ps * row);
-  pool.v = random_bf16(rng, num_pages * ps * row);
+  pool.k = as_cache(random_bf16(rng, num_pages * ps * row), c.kv_dtype, c.k_scale);
+  pool.v = as_cache(random_bf16(rng, num_pages * ps * row), c.kv_dtype, c.v_scale);
   return pool;
 }
 
@@ -97,6 +113,12 @@ Status check_shape(const AttentionBenchConfig& c) {
   const std::vector<int32_t> sizes = {1, 16, 32, 64, 128};
   if (std::find(sizes.begin(), sizes.end(), c.page_size) == sizes.end()) {
     return invalid_argument("--page-size {}: one of 1, 16, 32, 64, 128", c.page_size);
+  }
+  if (!ops::is_paged_kv_dtype(c.kv_dtype)) {
+    return invalid_argument("--kv-dtype {}: bf16, fp8_e4m3 or fp8_e5m2", dtype_name(c.kv_dtype));
+  }
+  if (!(c.k_scale > 0 && c.v_scale > 0)) {
+    return invalid_argument("KV scales must be positive: {} {}", c.k_scale, c.v_scale);
   }
   return {};
 }
@@ -191,7 +213,7 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   const auto batch = static_cast<int32_t>(seq_lens.size());
   const int32_t max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
   const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  const Pool pool = make_pool(rng, seq_lens, ps, row);
+  const Pool pool = make_pool(rng, seq_lens, ps, row, c);
   const std::vector<uint16_t> q =
       random_bf16(rng, static_cast<int64_t>(batch) * c.num_q_heads * c.head_dim);
 
@@ -240,6 +262,9 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   p.tokens_per_split = plan.tokens_per_split;
   p.min_tokens_per_split = plan.min_tokens_per_split;
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.kv_dtype = c.kv_dtype;
+  p.k_scale = is_float8(c.kv_dtype) ? c.k_scale : 1.0f;
+  p.v_scale = is_float8(c.kv_dtype) ? c.v_scale : 1.0f;
 
   std::function<void(platform::StreamHandle)> flush;
   void* flush_buf = nullptr;
@@ -267,7 +292,9 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
 
   r.num_splits = plan.num_splits;
   r.median_ms = median(ms);
-  r.kv_bytes = 2.0 * std::accumulate(seq_lens.begin(), seq_lens.end(), 0.0) * row * 2;
+  // The bytes a kernel must read: K and V rows of the cache dtype (fp8: half of bf16's).
+  r.kv_bytes = 2.0 * std::accumulate(seq_lens.begin(), seq_lens.end(), 0.0) * row *
+               static_cast<double>(dtype_size(c.kv_dtype));
   r.gbps = r.kv_bytes / (r.median_ms * 1e-3) / 1e9;
   if (c.measure_copy) {
     KV_ASSIGN_OR_RETURN(r.copy_gbps, copy_gbps(platform, dev));
@@ -330,7 +357,7 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   double sum_visible = 0;
   std::mt19937_64 rng(c.seed);
   const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  const Pool pool = make_pool(rng, kv_lens, c.page_size, row);
+  const Pool pool = make_pool(rng, kv_lens, c.page_size, row, c);
   for (int32_t b = 0; b < batch; ++b) {
     for (int32_t i = 0; i < q_lens[b]; ++i) {
       const int32_t t = qo_indptr[b] + i;
@@ -365,6 +392,9 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   p.page_size = c.page_size;
   p.causal = c.causal;
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.kv_dtype = c.kv_dtype;
+  p.k_scale = is_float8(c.kv_dtype) ? c.k_scale : 1.0f;
+  p.v_scale = is_float8(c.kv_dtype) ? c.v_scale : 1.0f;
   p.variant = ops::choose_prefill_variant(variant, total_q, batch, c.num_q_heads / c.num_kv_heads);
 
   platform.synchronize();  // the uploads and the memset (default stream) before the timing stream
@@ -388,6 +418,9 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
     d.q = p.q;
     d.k_cache = p.k_cache;
     d.v_cache = p.v_cache;
+    d.kv_dtype = p.kv_dtype;
+    d.k_scale = p.k_scale;
+    d.v_scale = p.v_scale;
     d.page_indptr = static_cast<const int32_t*>(d_starts);
     d.page_ids = p.page_ids;
     d.seq_lens = static_cast<const int32_t*>(d_visible);
@@ -414,7 +447,8 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   r.flops = 4.0 * c.head_dim * c.num_q_heads * sum_visible;
   r.tflops = r.flops / (r.median_ms * 1e-3) / 1e12;
   r.peak_pct = 100.0 * r.tflops / c.peak_tflops;
-  r.kv_bytes = 2.0 * std::accumulate(kv_lens.begin(), kv_lens.end(), 0.0) * row * 2;
+  r.kv_bytes = 2.0 * std::accumulate(kv_lens.begin(), kv_lens.end(), 0.0) * row *
+               static_cast<double>(dtype_size(c.kv_dtype));
   r.gbps = r.kv_bytes / (r.median_ms * 1e-3) / 1e9;
   if (c.check) {
     std::vector<uint16_t> out(out_elems);

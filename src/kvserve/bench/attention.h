@@ -4,13 +4,16 @@
 // ops::paged_decode_tc). Prefill mode: `batch` requests of seq_len new tokens after prefix_len
 // cached ones, through the tensor-core paged prefill kernel (or the decode kernel with one query
 // per token, today's extend path, with kernel "decode-per-token"), timed in TFLOP/s against a
-// stated peak.
+// stated peak. --kv-dtype fp8_e4m3 / fp8_e5m2 stores the pool in fp8 (quantised from the same
+// bf16 draws with k_scale / v_scale, 1 from the command line): the roofline counts the bytes of
+// the cache dtype, and the reference reads the dequantised fp8 values.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kvserve/core/dtype.h"
 #include "kvserve/core/status.h"
 #include "kvserve/platform/platform.h"
 
@@ -31,6 +34,9 @@ struct AttentionBenchConfig {
   int32_t num_q_heads = 32;
   int32_t num_kv_heads = 8;
   int32_t head_dim = 128;
+  DType kv_dtype = DType::kBF16;  // the pool's: kBF16, kFP8E4M3 or kFP8E5M2
+  float k_scale = 1.0f;           // fp8 pools: stored = value / scale (tests vary them)
+  float v_scale = 1.0f;
   int32_t iters = 50;
   int32_t num_splits = 0;  // 0: the kernel's plan decides (plan_paged_decode[_tc])
   // With num_splits > 0: every request cut alike in tokens_per_split chunks (0: ceil(longest /
@@ -53,7 +59,7 @@ struct AttentionBenchConfig {
 
 struct AttentionBenchResult {
   double median_ms = 0;
-  double kv_bytes = 0;      // K and V bytes read
+  double kv_bytes = 0;      // K and V bytes read (of the cache dtype)
   double gbps = 0;          // kv_bytes / median time
   double copy_gbps = 0;     // device-to-device copy: (read + write) bytes / time
   double roofline_pct = 0;  // gbps / copy_gbps

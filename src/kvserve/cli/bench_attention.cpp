@@ -7,6 +7,7 @@
 //       [--kernel decode-per-token] [--variant m128w8] [--no-causal]
 //   kvserve bench-attention --kernel decode,tc --batch 16,64 --seq-len 1024,4096 --no-check
 //       (decode on tensor cores against the CUDA-core kernel; lists run every combination)
+//   kvserve bench-attention --kernel tc --kv-dtype fp8_e4m3 (an fp8 pool: half the bytes)
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -37,7 +38,8 @@ int run_one(platform::Platform& platform, const bench::AttentionBenchConfig& c) 
                               {"page_size", c.page_size},
                               {"num_q_heads", c.num_q_heads},
                               {"num_kv_heads", c.num_kv_heads},
-                              {"head_dim", c.head_dim}};
+                              {"head_dim", c.head_dim},
+                              {"kv_dtype", dtype_name(c.kv_dtype)}};
   if (prefill) {
     j["prefix_len"] = c.prefix_len;
     j["causal"] = c.causal;
@@ -79,6 +81,7 @@ Command add_bench_attention_command(CLI::App& app) {
     std::vector<int32_t> splits = {0};
     std::vector<std::string> variants = {"auto"};
     std::vector<std::string> kernels = {""};
+    std::string kv_dtype = "bf16";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd =
@@ -111,6 +114,9 @@ Command add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--num-q-heads", a->config.num_q_heads)->capture_default_str();
   cmd->add_option("--num-kv-heads", a->config.num_kv_heads)->capture_default_str();
   cmd->add_option("--head-dim", a->config.head_dim)->capture_default_str();
+  cmd->add_option("--kv-dtype", a->kv_dtype,
+                  "the pool's dtype: bf16, fp8_e4m3 or fp8_e5m2 (quantised with scale 1)")
+      ->capture_default_str();
   cmd->add_option("--iters", a->config.iters)->capture_default_str();
   cmd->add_option("--num-splits", a->splits, "0: planned; a comma-separated list runs each")
       ->delimiter(',')
@@ -126,6 +132,11 @@ Command add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--seed", a->config.seed)->capture_default_str();
   cmd->add_flag("!--no-check", a->config.check, "Skip the float64 reference");
   return {cmd, [a] {
+            if (!parse_dtype(a->kv_dtype, &a->config.kv_dtype)) {
+              fmt::print(stderr, "kvserve bench-attention: --kv-dtype {}: unknown dtype\n",
+                         a->kv_dtype);
+              return 2;
+            }
             auto device = platform::parse_device(a->device);
             if (!device.is_ok()) {
               fmt::print(stderr, "kvserve bench-attention: --device: {}\n",

@@ -166,7 +166,8 @@ Command add_bench_one_batch_command(CLI::App& app) {
                   "(Whisper on CUDA with the ragged layout: cuda-ragged)");
   cmd->add_option("--encoder-kv-layout", a->encoder_kv_layout,
                   "Whisper checkpoints only: aligned (default) or ragged encoder KV rows");
-  cmd->add_option("--kv-cache-dtype", a->runner.kv_cache_dtype)->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", a->runner.kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   cmd->add_option("--max-total-tokens", a->runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", a->runner.mem_fraction_static);
   cmd->add_option("--max-running-requests", a->runner.max_running_requests,

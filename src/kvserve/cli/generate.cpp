@@ -174,7 +174,8 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--device", o->runner.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--page-size", o->runner.page_size)->capture_default_str();
   cmd->add_option("--attention-backend", o->runner.attention_backend, "cpu or native");
-  cmd->add_option("--kv-cache-dtype", o->runner.kv_cache_dtype)->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", o->runner.kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   cmd->add_option("--max-total-tokens", o->runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", o->runner.mem_fraction_static);
   cmd->add_option("--max-running-requests", o->runner.max_running_requests);

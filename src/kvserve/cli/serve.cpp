@@ -132,7 +132,8 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
   cmd->add_option("--attention-backend", e.runner.attention_backend,
                   "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
                   "(a Whisper checkpoint on CUDA with the ragged layout: cuda-ragged)");
-  cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype)->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype, kKvCacheDtypeHelp)
+      ->capture_default_str();
   cmd->add_option("--max-total-tokens", e.runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", e.runner.mem_fraction_static,
                   "Fraction of free memory for the KV cache");

@@ -85,10 +85,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     return invalid_argument("--kv-cache-dtype: unknown dtype '{}' (expected auto or one of {})",
                             o.kv_cache_dtype, dtype_choices());
   }
-  if (!on_cpu && kv_dtype != DType::kBF16) {
+  // CUDA computes in bf16; its attention kernels read a bf16 cache or an fp8 one (e4m3 / e5m2,
+  // widened to bf16 in the kernel with the layer's scales: docs/fp8-kv-cache.md).
+  if (!on_cpu && kv_dtype != DType::kBF16 && !is_float8(kv_dtype)) {
     return invalid_argument(
-        "--kv-cache-dtype {}: the CUDA attention backend reads a bf16 KV cache "
-        "(fp8 KV is not supported on CUDA yet)",
+        "--kv-cache-dtype {}: the CUDA attention backends read a bf16, fp8_e4m3 or fp8_e5m2 KV "
+        "cache",
         o.kv_cache_dtype);
   }
   const int64_t max_context =

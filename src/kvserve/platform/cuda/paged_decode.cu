@@ -3,19 +3,24 @@
 // Layout inside a block: HEAD_DIM / 8 lanes hold one token's row (16 bytes = 8 bf16 each), so a
 // block of 128 threads works on 8 (head_dim 128) or 16 (head_dim 64) tokens at once; each token
 // group keeps an online softmax per query head; the groups merge in shared memory at the end.
+// An fp8 cache (KV = __nv_fp8_e4m3 / e5m2) keeps the lane layout: a lane loads its 8 elements as
+// 8 bytes and widens them; k_scale is folded into the query's pre-scale and v_scale into the
+// output (value = stored * scale).
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kvserve/platform/cuda/cuda_check.h"
+#include "kvserve/platform/cuda/kv_elem.cuh"
 #include "kvserve/platform/cuda/ops.h"
 
 namespace kvserve::platform::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kVec = 8;     // bf16 per 16-byte load
+constexpr int kVec = 8;     // elements per lane load (16 bytes of bf16, 8 of fp8)
 constexpr int kUnroll = 4;  // tokens in flight per token group
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -29,7 +34,40 @@ __device__ __forceinline__ void unpack(const uint4& raw, float (&x)[kVec]) {
   }
 }
 
-template <int HEAD_DIM, int GROUP, int PAGE_SIZE>
+template <typename KV>
+__device__ __forceinline__ void unpack(const uint2& raw, float (&x)[kVec]) {
+  const auto* pairs = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = fp8x2_to_float2<KV>(pairs[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+// A lane's 8 K (or V) elements as loaded: 16 bytes of bf16, or 8 bytes of fp8.
+template <typename KV>
+using LaneRaw = std::conditional_t<kIsFp8<KV>, uint2, uint4>;
+
+template <typename KV>
+__device__ __forceinline__ LaneRaw<KV> zero_raw() {
+  if constexpr (kIsFp8<KV>) {
+    return make_uint2(0, 0);
+  } else {
+    return make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <typename KV>
+__device__ __forceinline__ void unpack_kv(const LaneRaw<KV>& raw, float (&x)[kVec]) {
+  if constexpr (kIsFp8<KV>) {
+    unpack<KV>(raw, x);
+  } else {
+    unpack(raw, x);
+  }
+}
+
+template <typename KV, int HEAD_DIM, int GROUP, int PAGE_SIZE>
 __global__ void __launch_bounds__(kThreads)
     paged_decode_kernel(const __grid_constant__ ops::PagedDecodeParams p) {
   constexpr int kLanes = HEAD_DIM / kVec;     // threads per token row
@@ -51,7 +89,10 @@ __global__ void __launch_bounds__(kThreads)
   const int begin = split * split_len;
   const int end = min(seq, begin + split_len);
 
-  // The group's queries, this lane's 8 dimensions, pre-scaled into the log2 domain.
+  // The group's queries, this lane's 8 dimensions, pre-scaled into the log2 domain (and by
+  // k_scale for fp8: q . (stored * k_scale) = (q * k_scale) . stored).
+  const float q_scale = kIsFp8<KV> ? p.sm_scale * kLog2e * p.k_scale : p.sm_scale * kLog2e;
+  const float v_scale = kIsFp8<KV> ? p.v_scale : 1.f;
   float q[GROUP][kVec];
   const auto* qbase = static_cast<const __nv_bfloat16*>(p.q);
 #pragma unroll
@@ -62,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
     unpack(raw, q[g]);
 #pragma unroll
     for (int i = 0; i < kVec; ++i)
-      q[g][i] *= p.sm_scale * kLog2e;
+      q[g][i] *= q_scale;
   }
   float m[GROUP], l[GROUP], o[GROUP][kVec];
 #pragma unroll
@@ -75,8 +116,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   const int32_t* pages = p.page_ids + p.page_indptr[b];
-  const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);
-  const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);
+  const auto* kc = static_cast<const KV*>(p.k_cache);
+  const auto* vc = static_cast<const KV*>(p.v_cache);
   const int64_t row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
   const int64_t col = static_cast<int64_t>(kvh) * HEAD_DIM + lane * kVec;
 
@@ -85,18 +126,18 @@ __global__ void __launch_bounds__(kThreads)
   // skipped.
   for (int base = begin; base < end; base += kGroups * kUnroll) {
     // Issue every load of kUnroll tokens before using any of them.
-    uint4 kraw[kUnroll], vraw[kUnroll];
+    LaneRaw<KV> kraw[kUnroll], vraw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * kGroups + grp;
-      kraw[u] = make_uint4(0, 0, 0, 0);
-      vraw[u] = make_uint4(0, 0, 0, 0);
+      kraw[u] = zero_raw<KV>();
+      vraw[u] = zero_raw<KV>();
       if (t < end) {
         const int64_t slot =
             PAGE_SIZE == 1 ? pages[t]
                            : static_cast<int64_t>(pages[t / PAGE_SIZE]) * PAGE_SIZE + t % PAGE_SIZE;
-        kraw[u] = __ldg(reinterpret_cast<const uint4*>(kc + slot * row + col));
-        vraw[u] = __ldg(reinterpret_cast<const uint4*>(vc + slot * row + col));
+        kraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(kc + slot * row + col));
+        vraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(vc + slot * row + col));
       }
     }
 #pragma unroll
@@ -104,8 +145,8 @@ __global__ void __launch_bounds__(kThreads)
       if (base + u * kGroups >= end) break;  // uniform across the block
       const bool valid = base + u * kGroups + grp < end;
       float k[kVec], v[kVec];
-      unpack(kraw[u], k);
-      unpack(vraw[u], v);
+      unpack_kv<KV>(kraw[u], k);
+      unpack_kv<KV>(vraw[u], v);
 #pragma unroll
       for (int g = 0; g < GROUP; ++g) {
         float s = 0.f;
@@ -159,11 +200,12 @@ __global__ void __launch_bounds__(kThreads)
     }
     const int h = kvh * GROUP + g;
     const int64_t bh = static_cast<int64_t>(b) * p.num_q_heads + h;
+    // v_scale on the normalised output (the merge of splits is linear in it).
+    const float val = ll > 0.f ? oo / ll * v_scale : 0.f;
     if (p.num_splits == 1) {
-      static_cast<__nv_bfloat16*>(p.out)[bh * HEAD_DIM + d] =
-          __float2bfloat16_rn(ll > 0.f ? oo / ll : 0.f);
+      static_cast<__nv_bfloat16*>(p.out)[bh * HEAD_DIM + d] = __float2bfloat16_rn(val);
     } else {
-      p.partial_out[(bh * p.num_splits + split) * HEAD_DIM + d] = ll > 0.f ? oo / ll : 0.f;
+      p.partial_out[(bh * p.num_splits + split) * HEAD_DIM + d] = val;
       if (d == 0) p.partial_lse[bh * p.num_splits + split] = ll > 0.f ? mm + log2f(ll) : -INFINITY;
     }
   }
@@ -191,10 +233,10 @@ __global__ void __launch_bounds__(HEAD_DIM)
       __float2bfloat16_rn(w_sum > 0.f ? acc / w_sum : 0.f);
 }
 
-template <int HEAD_DIM, int GROUP, int PAGE_SIZE>
+template <typename KV, int HEAD_DIM, int GROUP, int PAGE_SIZE>
 void launch(const ops::PagedDecodeParams& p, cudaStream_t stream) {
   const dim3 grid(p.batch, p.num_kv_heads, p.num_splits);
-  paged_decode_kernel<HEAD_DIM, GROUP, PAGE_SIZE><<<grid, kThreads, 0, stream>>>(p);
+  paged_decode_kernel<KV, HEAD_DIM, GROUP, PAGE_SIZE><<<grid, kThreads, 0, stream>>>(p);
   KV_CUDA_CHECK(cudaGetLastError());
   if (p.num_splits > 1) {
     merge_splits_kernel<HEAD_DIM><<<p.batch * p.num_q_heads, HEAD_DIM, 0, stream>>>(p);
@@ -207,48 +249,60 @@ void launch(const ops::PagedDecodeParams& p, cudaStream_t stream) {
 }
 
 // The one boundary where runtime values become template parameters.
-template <int HEAD_DIM, int GROUP>
+template <typename KV, int HEAD_DIM, int GROUP>
 void dispatch_page_size(const ops::PagedDecodeParams& p, cudaStream_t s) {
   switch (p.page_size) {
     case 1:
-      return launch<HEAD_DIM, GROUP, 1>(p, s);
+      return launch<KV, HEAD_DIM, GROUP, 1>(p, s);
     case 16:
-      return launch<HEAD_DIM, GROUP, 16>(p, s);
+      return launch<KV, HEAD_DIM, GROUP, 16>(p, s);
     case 32:
-      return launch<HEAD_DIM, GROUP, 32>(p, s);
+      return launch<KV, HEAD_DIM, GROUP, 32>(p, s);
     case 64:
-      return launch<HEAD_DIM, GROUP, 64>(p, s);
+      return launch<KV, HEAD_DIM, GROUP, 64>(p, s);
     case 128:
-      return launch<HEAD_DIM, GROUP, 128>(p, s);
+      return launch<KV, HEAD_DIM, GROUP, 128>(p, s);
     default:
       unsupported("paged decode: page size", p.page_size);
   }
 }
 
-template <int HEAD_DIM>
+template <typename KV, int HEAD_DIM>
 void dispatch_group(const ops::PagedDecodeParams& p, cudaStream_t s) {
   if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0) {
     unsupported("paged decode: num_q_heads not a multiple of num_kv_heads", p.num_q_heads);
   }
   switch (p.num_q_heads / p.num_kv_heads) {
     case 1:
-      return dispatch_page_size<HEAD_DIM, 1>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 1>(p, s);
     case 2:
-      return dispatch_page_size<HEAD_DIM, 2>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 2>(p, s);
     case 3:
-      return dispatch_page_size<HEAD_DIM, 3>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 3>(p, s);
     case 4:
-      return dispatch_page_size<HEAD_DIM, 4>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 4>(p, s);
     case 5:
-      return dispatch_page_size<HEAD_DIM, 5>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 5>(p, s);
     case 6:
-      return dispatch_page_size<HEAD_DIM, 6>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 6>(p, s);
     case 7:
-      return dispatch_page_size<HEAD_DIM, 7>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 7>(p, s);
     case 8:
-      return dispatch_page_size<HEAD_DIM, 8>(p, s);
+      return dispatch_page_size<KV, HEAD_DIM, 8>(p, s);
     default:
       unsupported("paged decode: GQA group size", p.num_q_heads / p.num_kv_heads);
+  }
+}
+
+template <typename KV>
+void dispatch_head_dim(const ops::PagedDecodeParams& p, cudaStream_t s) {
+  switch (p.head_dim) {
+    case 64:
+      return dispatch_group<KV, 64>(p, s);
+    case 128:
+      return dispatch_group<KV, 128>(p, s);
+    default:
+      unsupported("paged decode: head_dim", p.head_dim);
   }
 }
 
@@ -265,13 +319,16 @@ int multiprocessor_count() {
 void paged_decode(const ops::PagedDecodeParams& p, StreamHandle stream) {
   if (p.batch == 0) return;
   const auto s = static_cast<cudaStream_t>(stream.ptr);
-  switch (p.head_dim) {
-    case 64:
-      return dispatch_group<64>(p, s);
-    case 128:
-      return dispatch_group<128>(p, s);
+  switch (p.kv_dtype) {
+    case DType::kBF16:
+      return dispatch_head_dim<__nv_bfloat16>(p, s);
+    case DType::kFP8E4M3:
+      return dispatch_head_dim<__nv_fp8_e4m3>(p, s);
+    case DType::kFP8E5M2:
+      return dispatch_head_dim<__nv_fp8_e5m2>(p, s);
     default:
-      unsupported("paged decode: head_dim", p.head_dim);
+      unsupported("paged decode: KV cache dtype (bf16, fp8_e4m3, fp8_e5m2)",
+                  static_cast<int>(p.kv_dtype));
   }
 }
 

@@ -16,6 +16,11 @@
 // start(b) = qo_indptr[b] * group / BLOCK_M + b: at least its ceil(q_len * group / BLOCK_M)
 // tiles with no host-built list (group-independent metadata); a spare tile exits at once.
 //
+// An fp8 cache (KV = __nv_fp8_e4m3 / e5m2): cp.async brings the tiles' fp8 bytes into the two
+// stages (plain rows); after a tile lands the block widens it into one bf16 K and V tile (exact,
+// swizzled as above) and the products run as for bf16. k_scale is folded into the softmax scale
+// and v_scale into the output (value = stored * scale).
+//
 // The second half of the file is the decode variant (ops::paged_decode_tc): one query token per
 // request, the GQA group in the N dimension, warps split along the KV positions, a 2-4 stage
 // cp.async pipeline and split-KV with a merge kernel (see its own header comment below).
@@ -26,6 +31,7 @@
 #include <string>
 
 #include "kvserve/platform/cuda/cuda_check.h"
+#include "kvserve/platform/cuda/kv_elem.cuh"
 #include "kvserve/platform/cuda/ops.h"
 #include "kvserve/platform/cuda/paged_decode_tc.h"
 
@@ -83,35 +89,53 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int HEAD_DIM, int WARPS, int M_TILES>
+template <typename KV, int HEAD_DIM, int WARPS, int M_TILES>
 struct Tile {
+  static constexpr bool kFp8 = kIsFp8<KV>;
+  static constexpr int kLoadChunks = HEAD_DIM * int{sizeof(KV)} / 16;  // cp.async chunks per row
+  static constexpr int kLoadElems = 16 / int{sizeof(KV)};              // elements per chunk
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kRowsPerWarp = 16 * M_TILES;
   static constexpr int kBlockM = WARPS * kRowsPerWarp;
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   static constexpr int kKSteps = HEAD_DIM / 16;
   static constexpr bool kQInRegs = M_TILES == 1;
-  static constexpr size_t kSmemBytes = size_t{kBlockM + 4 * kBlockN} * HEAD_DIM * 2;
+  // Q, then two K and two V stages, then (fp8) the widened bf16 K and V tiles.
+  static constexpr size_t kSmemBytes = size_t{kBlockM} * HEAD_DIM * 2 +
+                                       size_t{4 * kBlockN} * HEAD_DIM * sizeof(KV) +
+                                       (kFp8 ? size_t{2 * kBlockN} * HEAD_DIM * 2 : 0);
   // Element offset of (row, 16-byte chunk): the chunk index XOR row % 8 puts the 8 rows that one
   // ldmatrix phase reads into 8 different bank groups.
   static __device__ __forceinline__ int at(int row, int chunk) {
     return row * HEAD_DIM + ((chunk ^ (row & 7)) << 3);
   }
+  // Element offset in a K/V stage of the cp.async chunk (row, chunk): swizzled bf16 (what
+  // ldmatrix reads), or plain fp8 rows (what the widening reads).
+  static __device__ __forceinline__ int stage_at(int row, int chunk) {
+    if constexpr (kFp8) {
+      return row * HEAD_DIM + chunk * kLoadElems;
+    } else {
+      return at(row, chunk);
+    }
+  }
 };
 
-template <int HEAD_DIM, int WARPS, int M_TILES>
+template <typename KV, int HEAD_DIM, int WARPS, int M_TILES>
 __global__ void __launch_bounds__(WARPS * 32)
     paged_prefill_kernel(const __grid_constant__ ops::PagedPrefillParams p, int page_shift,
                          int num_tiles) {
-  using T = Tile<HEAD_DIM, WARPS, M_TILES>;
+  using T = Tile<KV, HEAD_DIM, WARPS, M_TILES>;
   constexpr int kBlockM = T::kBlockM;
   constexpr int kChunks = T::kChunks;
   constexpr int kNT = kBlockN / 8;   // n8 tiles of S per m-tile
   constexpr int kDT = HEAD_DIM / 8;  // n8 tiles of O per m-tile
   extern __shared__ __align__(128) unsigned char smem[];
   auto* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* sK = sQ + kBlockM * HEAD_DIM;      // [2][kBlockN][HEAD_DIM]
-  __nv_bfloat16* sV = sK + 2 * kBlockN * HEAD_DIM;  // [2][kBlockN][HEAD_DIM]
+  KV* sK = reinterpret_cast<KV*>(sQ + kBlockM * HEAD_DIM);  // [2][kBlockN][HEAD_DIM]
+  KV* sV = sK + 2 * kBlockN * HEAD_DIM;                     // [2][kBlockN][HEAD_DIM]
+  // fp8: the bf16 tiles a landed stage is widened into ([kBlockN][HEAD_DIM] each, swizzled).
+  auto* sKw = reinterpret_cast<__nv_bfloat16*>(sV + 2 * kBlockN * HEAD_DIM);
+  __nv_bfloat16* sVw = sKw + kBlockN * HEAD_DIM;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -148,8 +172,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int n_tiles = (kv_end + kBlockN - 1) / kBlockN;
 
   const auto* qg = static_cast<const __nv_bfloat16*>(p.q);
-  const auto* kg = static_cast<const __nv_bfloat16*>(p.k_cache);
-  const auto* vg = static_cast<const __nv_bfloat16*>(p.v_cache);
+  const auto* kg = static_cast<const KV*>(p.k_cache);
+  const auto* vg = static_cast<const KV*>(p.v_cache);
   const int32_t* pages = p.page_ids + p.page_indptr[b];
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
   const int page_mask = (1 << page_shift) - 1;
@@ -168,21 +192,21 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   auto load_kv = [&](int j, int stage) {
     const int n0 = j * kBlockN;
-    __nv_bfloat16* dk = sK + stage * kBlockN * HEAD_DIM;
-    __nv_bfloat16* dv = sV + stage * kBlockN * HEAD_DIM;
-    for (int idx = tid; idx < kBlockN * kChunks; idx += T::kThreads) {
-      const int r = idx / kChunks;
-      const int c = idx % kChunks;
+    KV* dk = sK + stage * kBlockN * HEAD_DIM;
+    KV* dv = sV + stage * kBlockN * HEAD_DIM;
+    for (int idx = tid; idx < kBlockN * T::kLoadChunks; idx += T::kThreads) {
+      const int r = idx / T::kLoadChunks;
+      const int c = idx % T::kLoadChunks;
       const int t = n0 + r;
       const bool valid = t < kv_len;
       int64_t off = 0;
       if (valid) {
         const int64_t slot =
             (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
-        off = slot * kv_row + static_cast<int64_t>(kvh) * HEAD_DIM + c * 8;
+        off = slot * kv_row + static_cast<int64_t>(kvh) * HEAD_DIM + c * T::kLoadElems;
       }
-      cp_async16(smem_u32(dk + T::at(r, c)), kg + off, valid);
-      cp_async16(smem_u32(dv + T::at(r, c)), vg + off, valid);
+      cp_async16(smem_u32(dk + T::stage_at(r, c)), kg + off, valid);
+      cp_async16(smem_u32(dv + T::stage_at(r, c)), vg + off, valid);
     }
   };
   if (n_tiles > 0) load_kv(0, 0);
@@ -191,7 +215,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   // Per thread: rows g and g + 8 of each m-tile (g = lane / 4); the last KV position each sees.
   const int g = lane / 4;
   const int quad = lane % 4;
-  const float scale = p.sm_scale * kLog2e;
+  // fp8: q . (stored * k_scale) = k_scale (q . stored), folded into the softmax scale.
+  const float scale = T::kFp8 ? p.sm_scale * kLog2e * p.k_scale : p.sm_scale * kLog2e;
+  const float v_scale = T::kFp8 ? p.v_scale : 1.f;
   int limit[M_TILES][2];
   float m_run[M_TILES][2], l_run[M_TILES][2];
   float o[M_TILES][kDT][4];
@@ -233,8 +259,28 @@ __global__ void __launch_bounds__(WARPS * 32)
           load_q_frag(qf[kk], 0, kk);
       }
     }
-    const __nv_bfloat16* k_s = sK + stage * kBlockN * HEAD_DIM;
-    const __nv_bfloat16* v_s = sV + stage * kBlockN * HEAD_DIM;
+    const __nv_bfloat16* k_s;
+    const __nv_bfloat16* v_s;
+    if constexpr (T::kFp8) {
+      // Widen the landed stage (8 elements per thread and step); every warp reads every row, so
+      // the block syncs. The previous tile's reads of the bf16 tiles ended at the loop's last sync.
+      const KV* k8 = sK + stage * kBlockN * HEAD_DIM;
+      const KV* v8 = sV + stage * kBlockN * HEAD_DIM;
+      for (int idx = tid; idx < kBlockN * kChunks; idx += T::kThreads) {
+        const int r = idx / kChunks;
+        const int c = idx % kChunks;
+        const uint2 kr = *reinterpret_cast<const uint2*>(k8 + r * HEAD_DIM + c * 8);
+        const uint2 vr = *reinterpret_cast<const uint2*>(v8 + r * HEAD_DIM + c * 8);
+        *reinterpret_cast<uint4*>(sKw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(kr);
+        *reinterpret_cast<uint4*>(sVw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(vr);
+      }
+      __syncthreads();
+      k_s = sKw;
+      v_s = sVw;
+    } else {
+      k_s = reinterpret_cast<const __nv_bfloat16*>(sK) + stage * kBlockN * HEAD_DIM;
+      v_s = reinterpret_cast<const __nv_bfloat16*>(sV) + stage * kBlockN * HEAD_DIM;
+    }
 
     // S = Q K^T.
     float s[M_TILES][kNT][4];
@@ -355,7 +401,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       float l = l_run[mt][h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float inv = l > 0.f ? v_scale / l : 0.f;
       const int row = warp * T::kRowsPerWarp + mt * 16 + g + 8 * h;
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {
@@ -378,10 +424,10 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
 }
 
-template <int HEAD_DIM, int WARPS, int M_TILES>
+template <typename KV, int HEAD_DIM, int WARPS, int M_TILES>
 void launch(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t stream) {
-  using T = Tile<HEAD_DIM, WARPS, M_TILES>;
-  auto* kernel = paged_prefill_kernel<HEAD_DIM, WARPS, M_TILES>;
+  using T = Tile<KV, HEAD_DIM, WARPS, M_TILES>;
+  auto* kernel = paged_prefill_kernel<KV, HEAD_DIM, WARPS, M_TILES>;
   static const bool configured = [&] {
     KV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(T::kSmemBytes)));
@@ -404,17 +450,29 @@ void launch(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t strea
 }
 
 // The one boundary where runtime values become template parameters.
-template <int HEAD_DIM>
+template <typename KV, int HEAD_DIM>
 void dispatch_variant(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t s) {
   switch (p.variant) {
     case ops::PrefillVariant::kM64W4:
-      return launch<HEAD_DIM, 4, 1>(p, page_shift, s);
+      return launch<KV, HEAD_DIM, 4, 1>(p, page_shift, s);
     case ops::PrefillVariant::kM128W8:
-      return launch<HEAD_DIM, 8, 1>(p, page_shift, s);
+      return launch<KV, HEAD_DIM, 8, 1>(p, page_shift, s);
     case ops::PrefillVariant::kM128W4:
-      return launch<HEAD_DIM, 4, 2>(p, page_shift, s);
+      return launch<KV, HEAD_DIM, 4, 2>(p, page_shift, s);
     default:
       unsupported("paged prefill: variant (resolve kAuto first)", static_cast<int>(p.variant));
+  }
+}
+
+template <typename KV>
+void dispatch_head_dim(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t s) {
+  switch (p.head_dim) {
+    case 64:
+      return dispatch_variant<KV, 64>(p, page_shift, s);
+    case 128:
+      return dispatch_variant<KV, 128>(p, page_shift, s);
+    default:
+      unsupported("paged prefill: head_dim", p.head_dim);
   }
 }
 
@@ -434,13 +492,16 @@ void paged_prefill(const ops::PagedPrefillParams& p, StreamHandle stream) {
     unsupported("paged prefill: page size", p.page_size);
   }
   const auto s = static_cast<cudaStream_t>(stream.ptr);
-  switch (p.head_dim) {
-    case 64:
-      return dispatch_variant<64>(p, page_shift, s);
-    case 128:
-      return dispatch_variant<128>(p, page_shift, s);
+  switch (p.kv_dtype) {
+    case DType::kBF16:
+      return dispatch_head_dim<__nv_bfloat16>(p, page_shift, s);
+    case DType::kFP8E4M3:
+      return dispatch_head_dim<__nv_fp8_e4m3>(p, page_shift, s);
+    case DType::kFP8E5M2:
+      return dispatch_head_dim<__nv_fp8_e5m2>(p, page_shift, s);
     default:
-      unsupported("paged prefill: head_dim", p.head_dim);
+      unsupported("paged prefill: KV cache dtype (bf16, fp8_e4m3, fp8_e5m2)",
+                  static_cast<int>(p.kv_dtype));
   }
 }
 
@@ -467,6 +528,11 @@ void paged_prefill(const ops::PagedPrefillParams& p, StreamHandle stream) {
 // Splits (num_splits > 1): each block writes its normalised partial output (f32) and log-sum-exp
 // (log2 domain) to the workspace in paged_decode's layout; a merge kernel (one warp per
 // (query, head)) combines them. Empty splits write log-sum-exp -inf and a zero partial.
+// An fp8 cache (KV = __nv_fp8_e4m3 / e5m2): cp.async brings the fp8 bytes (half of bf16's: the
+// point, decode is bandwidth-bound) into the stages; each warp widens its own 16 positions of the
+// stage into a bf16 K and V tile (exact) and the products run as for bf16 from there. Only the
+// warp reads the rows it widened, so a __syncwarp orders it. k_scale is folded into the softmax
+// scale and v_scale into the output (value = stored * scale).
 // =============================================================================================
 namespace kvserve::platform::cuda {
 namespace {
@@ -475,22 +541,36 @@ constexpr int kDecWarps = ops::kDecodeTcThreads / 32;
 constexpr int kDecTile = ops::kDecodeTcTileTokens;
 static_assert(kDecTile == 16 * kDecWarps, "each warp owns 16 positions of a stage");
 
-template <int HEAD_DIM, int STAGES>
+template <typename KV, int HEAD_DIM, int STAGES>
 struct DecodeTile {
-  static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per K/V row
+  static constexpr bool kFp8 = kIsFp8<KV>;
+  static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte bf16 chunks per K/V row (ldmatrix)
+  static constexpr int kLoadChunks = HEAD_DIM * int{sizeof(KV)} / 16;  // cp.async chunks per row
+  static constexpr int kLoadElems = 16 / int{sizeof(KV)};              // elements per chunk
   static constexpr int kKSteps = HEAD_DIM / 16;
-  static constexpr int kRowStep = ops::kDecodeTcThreads / kChunks;  // rows per pass of the block
-  static constexpr int kRowsPerThread = kDecTile / kRowStep;        // cp.async rows per thread
-  static constexpr int kStageElems = kDecTile * HEAD_DIM;           // one K (or V) stage
-  static constexpr int kSmemBytes = static_cast<int>(ops::decode_tc_smem_bytes(HEAD_DIM, STAGES));
+  static constexpr int kRowStep = ops::kDecodeTcThreads / kLoadChunks;  // rows per block pass
+  static constexpr int kRowsPerThread = kDecTile / kRowStep;            // cp.async rows per thread
+  static constexpr int kStageElems = kDecTile * HEAD_DIM;               // one K (or V) stage
+  static constexpr int kSmemBytes =
+      static_cast<int>(ops::decode_tc_smem_bytes(HEAD_DIM, STAGES, int{sizeof(KV)}));
   static constexpr int kMinBlocks = ops::decode_tc_ctas_per_sm(HEAD_DIM, STAGES);
   static constexpr int kOStride = HEAD_DIM + 4;  // merge scratch row (floats): no bank conflicts
   static_assert(size_t{kDecWarps} * 8 * (kOStride + 2) * 4 <= size_t{kSmemBytes},
                 "the warps' merge fits in the K/V stages");
   static_assert(kDecTile % kRowStep == 0, "whole rows per thread");
+  static_assert(kChunks * 8 == HEAD_DIM && kLoadChunks * kLoadElems == HEAD_DIM, "whole chunks");
   // Element offset of (row, 16-byte chunk), chunk XOR row % 8 (as the prefill tiles).
   static __device__ __forceinline__ int at(int row, int chunk) {
     return row * HEAD_DIM + ((chunk ^ (row & 7)) << 3);
+  }
+  // Element offset in a stage of the cp.async chunk (row, chunk): bf16 stages are what ldmatrix
+  // reads (swizzled); fp8 stages are plain rows, read 8 bytes per lane by the widening.
+  static __device__ __forceinline__ int stage_at(int row, int chunk) {
+    if constexpr (kFp8) {
+      return row * HEAD_DIM + chunk * kLoadElems;
+    } else {
+      return at(row, chunk);
+    }
   }
 };
 
@@ -513,14 +593,18 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-template <int HEAD_DIM, int STAGES>
-__global__ void __launch_bounds__(ops::kDecodeTcThreads, DecodeTile<HEAD_DIM, STAGES>::kMinBlocks)
+template <typename KV, int HEAD_DIM, int STAGES>
+__global__ void __launch_bounds__(ops::kDecodeTcThreads,
+                                  DecodeTile<KV, HEAD_DIM, STAGES>::kMinBlocks)
     paged_decode_tc_kernel(const __grid_constant__ ops::PagedDecodeParams p, int page_shift) {
-  using T = DecodeTile<HEAD_DIM, STAGES>;
+  using T = DecodeTile<KV, HEAD_DIM, STAGES>;
   constexpr int kR = T::kRowsPerThread;
   extern __shared__ __align__(128) unsigned char smem[];
-  auto* sK = reinterpret_cast<__nv_bfloat16*>(smem);  // [STAGES][kDecTile][HEAD_DIM]
-  __nv_bfloat16* sV = sK + STAGES * T::kStageElems;   // [STAGES][kDecTile][HEAD_DIM]
+  auto* sK = reinterpret_cast<KV*>(smem);  // [STAGES][kDecTile][HEAD_DIM]
+  KV* sV = sK + STAGES * T::kStageElems;   // [STAGES][kDecTile][HEAD_DIM]
+  // fp8: the bf16 K and V tiles the stages are widened into ([kDecTile][HEAD_DIM] each, swizzled).
+  auto* sKw = reinterpret_cast<__nv_bfloat16*>(sV + STAGES * T::kStageElems);
+  __nv_bfloat16* sVw = sKw + T::kStageElems;
 
   pdl_launch_dependents();  // the merge kernel's blocks may be scheduled once all of ours run
   const int tid = threadIdx.x;
@@ -558,14 +642,14 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads, DecodeTile<HEAD_DIM, ST
     }
   }
 
-  // Loads: thread tid copies chunk tid % kChunks of rows tid / kChunks + i * kRowStep.
+  // Loads: thread tid copies chunk tid % kLoadChunks of rows tid / kLoadChunks + i * kRowStep.
   const int32_t* pages = p.page_ids + p.page_indptr[b];
-  const auto* kg = static_cast<const __nv_bfloat16*>(p.k_cache);
-  const auto* vg = static_cast<const __nv_bfloat16*>(p.v_cache);
+  const auto* kg = static_cast<const KV*>(p.k_cache);
+  const auto* vg = static_cast<const KV*>(p.v_cache);
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
-  const int ld_chunk = tid % T::kChunks;
-  const int ld_row = tid / T::kChunks;
-  const int64_t col = static_cast<int64_t>(kvh) * HEAD_DIM + ld_chunk * 8;
+  const int ld_chunk = tid % T::kLoadChunks;
+  const int ld_row = tid / T::kLoadChunks;
+  const int64_t col = static_cast<int64_t>(kvh) * HEAD_DIM + ld_chunk * T::kLoadElems;
   const int page_mask = (1 << page_shift) - 1;
   auto fetch_pages = [&](int(&pg)[kR], int j) {
 #pragma unroll
@@ -577,8 +661,8 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads, DecodeTile<HEAD_DIM, ST
   auto issue = [&](const int(&pg)[kR], int j) {
     if (j < n_tiles) {
       const int stage = j % STAGES;
-      __nv_bfloat16* dk = sK + stage * T::kStageElems;
-      __nv_bfloat16* dv = sV + stage * T::kStageElems;
+      KV* dk = sK + stage * T::kStageElems;
+      KV* dv = sV + stage * T::kStageElems;
 #pragma unroll
       for (int i = 0; i < kR; ++i) {
         const int r = ld_row + i * T::kRowStep;
@@ -586,8 +670,8 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads, DecodeTile<HEAD_DIM, ST
         const bool valid = t < end;  // past the end: zero-filled, nothing read
         const int64_t slot = (static_cast<int64_t>(pg[i]) << page_shift) | (t & page_mask);
         const int64_t off = valid ? slot * kv_row + col : 0;
-        cp_async16(smem_u32(dk + T::at(r, ld_chunk)), kg + off, valid);
-        cp_async16(smem_u32(dv + T::at(r, ld_chunk)), vg + off, valid);
+        cp_async16(smem_u32(dk + T::stage_at(r, ld_chunk)), kg + off, valid);
+        cp_async16(smem_u32(dv + T::stage_at(r, ld_chunk)), vg + off, valid);
       }
     }
     cp_async_commit();  // one group per tile index, empty past the end
@@ -605,7 +689,9 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads, DecodeTile<HEAD_DIM, ST
       issue(pre[s], s);
   }
 
-  const float scale = p.sm_scale * kLog2e;
+  // fp8: q . (stored * k_scale) = k_scale (q . stored), folded into the softmax scale.
+  const float scale = T::kFp8 ? p.sm_scale * kLog2e * p.k_scale : p.sm_scale * kLog2e;
+  const float v_scale = T::kFp8 ? p.v_scale : 1.f;
   const int lm_j = lane / 8;
   const int lm_r = lane % 8;
   const int w0 = warp * 16;  // this warp's first row of every stage
@@ -624,8 +710,30 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads, DecodeTile<HEAD_DIM, ST
     issue(pg, j + STAGES - 1);  // into the stage tile j - 1 used
     fetch_pages(pg, j + STAGES);
     const int stage = j % STAGES;
-    const __nv_bfloat16* k_s = sK + stage * T::kStageElems;
-    const __nv_bfloat16* v_s = sV + stage * T::kStageElems;
+    const __nv_bfloat16* k_s;
+    const __nv_bfloat16* v_s;
+    if constexpr (T::kFp8) {
+      // Widen this warp's 16 positions of K and V (8 elements per lane and step) into the bf16
+      // tiles; the previous tile's ldmatrix reads of these rows were by this warp only.
+      const KV* k8 = sK + stage * T::kStageElems;
+      const KV* v8 = sV + stage * T::kStageElems;
+      __syncwarp();
+#pragma unroll
+      for (int idx = lane; idx < 16 * T::kChunks; idx += 32) {
+        const int r = w0 + idx / T::kChunks;
+        const int c = idx % T::kChunks;
+        const uint2 kr = *reinterpret_cast<const uint2*>(k8 + r * HEAD_DIM + c * 8);
+        const uint2 vr = *reinterpret_cast<const uint2*>(v8 + r * HEAD_DIM + c * 8);
+        *reinterpret_cast<uint4*>(sKw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(kr);
+        *reinterpret_cast<uint4*>(sVw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(vr);
+      }
+      __syncwarp();
+      k_s = sKw;
+      v_s = sVw;
+    } else {
+      k_s = sK + stage * T::kStageElems;
+      v_s = sV + stage * T::kStageElems;
+    }
 
     // S^T = K Q^T: rows g and g + 8 of this warp's 16 positions, columns 2 quad + {0, 1}.
     float s[4] = {0.f, 0.f, 0.f, 0.f};
@@ -716,7 +824,7 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads, DecodeTile<HEAD_DIM, ST
       }
     }
     const int64_t bh = static_cast<int64_t>(b) * p.num_q_heads + kvh * group + h;
-    const float val = ll > 0.f ? oo / ll : 0.f;
+    const float val = ll > 0.f ? oo / ll * v_scale : 0.f;  // the merge is linear in it
     if (p.num_splits == 1) {
       static_cast<__nv_bfloat16*>(p.out)[bh * HEAD_DIM + d] = __float2bfloat16_rn(val);
     } else {
@@ -788,10 +896,10 @@ bool decode_tc_pdl_enabled() {
   return enabled;
 }
 
-template <int HEAD_DIM, int STAGES>
+template <typename KV, int HEAD_DIM, int STAGES>
 auto* configured_decode_tc_kernel() {
-  using T = DecodeTile<HEAD_DIM, STAGES>;
-  auto* kernel = paged_decode_tc_kernel<HEAD_DIM, STAGES>;
+  using T = DecodeTile<KV, HEAD_DIM, STAGES>;
+  auto* kernel = paged_decode_tc_kernel<KV, HEAD_DIM, STAGES>;
   static const bool configured = [&] {
     KV_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
@@ -803,10 +911,10 @@ auto* configured_decode_tc_kernel() {
   return kernel;
 }
 
-template <int HEAD_DIM, int STAGES>
+template <typename KV, int HEAD_DIM, int STAGES>
 void launch_decode_tc(const ops::PagedDecodeParams& p, int page_shift, cudaStream_t stream) {
-  using T = DecodeTile<HEAD_DIM, STAGES>;
-  auto* kernel = configured_decode_tc_kernel<HEAD_DIM, STAGES>();
+  using T = DecodeTile<KV, HEAD_DIM, STAGES>;
+  auto* kernel = configured_decode_tc_kernel<KV, HEAD_DIM, STAGES>();
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.num_splits * p.num_kv_heads;
   if (blocks > 0x7fffffff) {
     detail::check_failed(__FILE__, __LINE__, "paged decode (tensor cores): too many blocks",
@@ -831,21 +939,35 @@ void launch_decode_tc(const ops::PagedDecodeParams& p, int page_shift, cudaStrea
 }
 
 // The one boundary where the decode kernel's runtime values become template parameters.
-template <int HEAD_DIM>
+template <typename KV, int HEAD_DIM>
 void dispatch_decode_tc_stages(const ops::PagedDecodeParams& p, int32_t stages, int page_shift,
                                cudaStream_t s) {
   switch (stages) {
     case 2:
-      return launch_decode_tc<HEAD_DIM, 2>(p, page_shift, s);
+      return launch_decode_tc<KV, HEAD_DIM, 2>(p, page_shift, s);
     case 3:
-      return launch_decode_tc<HEAD_DIM, 3>(p, page_shift, s);
+      return launch_decode_tc<KV, HEAD_DIM, 3>(p, page_shift, s);
     case 4:
-      return launch_decode_tc<HEAD_DIM, 4>(p, page_shift, s);
+      return launch_decode_tc<KV, HEAD_DIM, 4>(p, page_shift, s);
     default:
       unsupported("paged decode (tensor cores): stages (2, 3 or 4)", stages);
   }
 }
 
+template <typename KV>
+void dispatch_decode_tc_head_dim(const ops::PagedDecodeParams& p, int32_t stages, int page_shift,
+                                 cudaStream_t s) {
+  switch (p.head_dim) {
+    case 64:
+      return dispatch_decode_tc_stages<KV, 64>(p, stages, page_shift, s);
+    case 128:
+      return dispatch_decode_tc_stages<KV, 128>(p, stages, page_shift, s);
+    default:
+      unsupported("paged decode (tensor cores): head_dim", p.head_dim);
+  }
+}
+
+// The bf16 kernel's occupancy (the one the split plan is made for).
 template <int HEAD_DIM>
 int32_t occupancy_for(int32_t stages) {
   int n = 0;
@@ -855,13 +977,16 @@ int32_t occupancy_for(int32_t stages) {
   };
   switch (stages) {
     case 2:
-      query(configured_decode_tc_kernel<HEAD_DIM, 2>(), DecodeTile<HEAD_DIM, 2>::kSmemBytes);
+      query(configured_decode_tc_kernel<__nv_bfloat16, HEAD_DIM, 2>(),
+            DecodeTile<__nv_bfloat16, HEAD_DIM, 2>::kSmemBytes);
       break;
     case 3:
-      query(configured_decode_tc_kernel<HEAD_DIM, 3>(), DecodeTile<HEAD_DIM, 3>::kSmemBytes);
+      query(configured_decode_tc_kernel<__nv_bfloat16, HEAD_DIM, 3>(),
+            DecodeTile<__nv_bfloat16, HEAD_DIM, 3>::kSmemBytes);
       break;
     case 4:
-      query(configured_decode_tc_kernel<HEAD_DIM, 4>(), DecodeTile<HEAD_DIM, 4>::kSmemBytes);
+      query(configured_decode_tc_kernel<__nv_bfloat16, HEAD_DIM, 4>(),
+            DecodeTile<__nv_bfloat16, HEAD_DIM, 4>::kSmemBytes);
       break;
     default:
       unsupported("paged decode (tensor cores): stages (2, 3 or 4)", stages);
@@ -888,13 +1013,16 @@ void paged_decode_tc(const ops::PagedDecodeParams& p, int32_t stages, StreamHand
     unsupported("paged decode (tensor cores): page size", p.page_size);
   }
   const auto s = static_cast<cudaStream_t>(stream.ptr);
-  switch (p.head_dim) {
-    case 64:
-      return dispatch_decode_tc_stages<64>(p, stages, page_shift, s);
-    case 128:
-      return dispatch_decode_tc_stages<128>(p, stages, page_shift, s);
+  switch (p.kv_dtype) {
+    case DType::kBF16:
+      return dispatch_decode_tc_head_dim<__nv_bfloat16>(p, stages, page_shift, s);
+    case DType::kFP8E4M3:
+      return dispatch_decode_tc_head_dim<__nv_fp8_e4m3>(p, stages, page_shift, s);
+    case DType::kFP8E5M2:
+      return dispatch_decode_tc_head_dim<__nv_fp8_e5m2>(p, stages, page_shift, s);
     default:
-      unsupported("paged decode (tensor cores): head_dim", p.head_dim);
+      unsupported("paged decode (tensor cores): KV cache dtype (bf16, fp8_e4m3, fp8_e5m2)",
+                  static_cast<int>(p.kv_dtype));
   }
 }
 

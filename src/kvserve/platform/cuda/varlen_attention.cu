@@ -17,6 +17,7 @@
 
 #include "kvserve/platform/cuda/convert.cuh"
 #include "kvserve/platform/cuda/cuda_check.h"
+#include "kvserve/platform/cuda/kv_elem.cuh"
 #include "kvserve/platform/cuda/ops.h"
 
 namespace kvserve::platform::cuda {
@@ -194,6 +195,29 @@ __global__ void gather_kv_kernel(const __grid_constant__ ops::GatherKvParams p, 
   }
 }
 
+// The fp8 cache's gather: one block per token widens its K and V rows into bf16 rows, times the
+// layer's scale (value = stored * scale), 8 elements per thread and step.
+template <typename KV>
+__global__ void gather_kv_fp8_kernel(const __grid_constant__ ops::GatherKvParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t slot = p.slots[t];
+  const bool valid = slot >= 0 && slot < p.num_slots;
+  const auto* ksrc = static_cast<const uint8_t*>(p.k_cache) + (valid ? slot : 0) * p.row_elems;
+  const auto* vsrc = static_cast<const uint8_t*>(p.v_cache) + (valid ? slot : 0) * p.row_elems;
+  auto* kdst = static_cast<__nv_bfloat16*>(p.k_out) + t * p.row_elems;
+  auto* vdst = static_cast<__nv_bfloat16*>(p.v_out) + t * p.row_elems;
+  auto widen = [&](const uint8_t* src, __nv_bfloat16* dst, float scale, int64_t i) {
+    const float2 f = valid ? fp8x2_to_float2<KV>(static_cast<uint16_t>(src[i] | src[i + 1] << 8))
+                           : make_float2(0.f, 0.f);
+    *reinterpret_cast<__nv_bfloat162*>(dst + i) = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+  };
+  // row_elems is even (num_kv_heads * head_dim, head_dim even): pairs, bf16x2 stores.
+  for (int64_t i = 2 * threadIdx.x; i < p.row_elems; i += 2 * blockDim.x) {
+    widen(ksrc, kdst, p.k_scale, i);
+    widen(vsrc, vdst, p.v_scale, i);
+  }
+}
+
 [[noreturn]] void unsupported(const char* what, int value) {
   detail::check_failed(__FILE__, __LINE__, "varlen_attention", what, std::to_string(value));
 }
@@ -250,6 +274,18 @@ void varlen_attention(const ops::VarlenAttentionParams& p, StreamHandle stream) 
 
 void gather_kv(const ops::GatherKvParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
+  if (is_float8(p.cache_dtype)) {
+    KV_CHECK_MSG(p.dtype == DType::kBF16 && p.row_elems % 2 == 0,
+                 "gather_kv: an fp8 cache gathers into bf16 rows of an even width");
+    const auto grid = static_cast<unsigned>(p.num_tokens);
+    if (p.cache_dtype == DType::kFP8E4M3) {
+      gather_kv_fp8_kernel<__nv_fp8_e4m3><<<grid, 128, 0, as_cuda(stream)>>>(p);
+    } else {
+      gather_kv_fp8_kernel<__nv_fp8_e5m2><<<grid, 128, 0, as_cuda(stream)>>>(p);
+    }
+    KV_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const int64_t row_bytes = p.row_elems * static_cast<int64_t>(dtype_size(p.dtype));
   gather_kv_kernel<<<static_cast<unsigned>(p.num_tokens), 128, 0, as_cuda(stream)>>>(p, row_bytes);
   KV_CUDA_CHECK(cudaGetLastError());

@@ -43,15 +43,35 @@ void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
            "paged decode attention runs on CUDA; the CPU platform uses the cpu backend");
   KV_CHECK(params.num_splits == 1 || (params.partial_out && params.partial_lse),
            "{} splits need a workspace", params.num_splits);
+  KV_CHECK(is_paged_kv_dtype(params.kv_dtype), "paged decode reads a bf16 or fp8 KV cache, not {}",
+           dtype_name(params.kv_dtype));
   platform::cuda::paged_decode(params, platform.resolve(stream));
+}
+
+bool is_paged_kv_dtype(DType t) {
+  return t == DType::kBF16 || t == DType::kFP8E4M3 || t == DType::kFP8E5M2;
 }
 
 namespace reference {
 
+double kv_value(const void* cache, DType dtype, int64_t index, float scale) {
+  switch (dtype) {
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(cache)[index]);
+    case DType::kFP8E4M3:
+      return double(fp8_e4m3_to_float(static_cast<const uint8_t*>(cache)[index])) * scale;
+    case DType::kFP8E5M2:
+      return double(fp8_e5m2_to_float(static_cast<const uint8_t*>(cache)[index])) * scale;
+    default:
+      KV_CHECK(false, "KV cache dtype {}: bf16, fp8_e4m3 or fp8_e5m2", dtype_name(dtype));
+  }
+  return 0;
+}
+
 void paged_decode(const PagedDecodeParams& p, float* out) {
   const auto* q = static_cast<const uint16_t*>(p.q);
-  const auto* k = static_cast<const uint16_t*>(p.k_cache);
-  const auto* v = static_cast<const uint16_t*>(p.v_cache);
+  auto k_at = [&](int64_t i) { return kv_value(p.k_cache, p.kv_dtype, i, p.k_scale); };
+  auto v_at = [&](int64_t i) { return kv_value(p.v_cache, p.kv_dtype, i, p.v_scale); };
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int64_t row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   std::vector<double> scores;
@@ -67,10 +87,10 @@ void paged_decode(const PagedDecodeParams& p, float* out) {
       for (int32_t t = 0; t < seq; ++t) {
         const int64_t slot =
             static_cast<int64_t>(pages[t / p.page_size]) * p.page_size + t % p.page_size;
-        const uint16_t* kt = k + slot * row + static_cast<int64_t>(kvh) * p.head_dim;
+        const int64_t kt = slot * row + static_cast<int64_t>(kvh) * p.head_dim;
         double s = 0;
         for (int32_t d = 0; d < p.head_dim; ++d)
-          s += double(bf16_to_float(qh[d])) * bf16_to_float(kt[d]);
+          s += double(bf16_to_float(qh[d])) * k_at(kt + d);
         scores[t] = s * p.sm_scale;
         mx = std::max(mx, scores[t]);
       }
@@ -82,8 +102,7 @@ void paged_decode(const PagedDecodeParams& p, float* out) {
         for (int32_t t = 0; t < seq; ++t) {
           const int64_t slot =
               static_cast<int64_t>(pages[t / p.page_size]) * p.page_size + t % p.page_size;
-          acc +=
-              scores[t] * bf16_to_float(v[slot * row + static_cast<int64_t>(kvh) * p.head_dim + d]);
+          acc += scores[t] * v_at(slot * row + static_cast<int64_t>(kvh) * p.head_dim + d);
         }
         oh[d] = seq == 0 ? 0.0f : static_cast<float>(acc / sum);
       }

@@ -30,13 +30,21 @@ PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t nu
 // Streaming multiprocessors of a CUDA platform's device (1 on the CPU): the split decision's input.
 int32_t num_compute_units(platform::Platform& platform);
 
+// The KV cache dtypes the paged kernels read: bf16, fp8_e4m3, fp8_e5m2 (params' kv_dtype).
+bool is_paged_kv_dtype(DType t);
+
 // Runs on `stream`. CUDA only for now; the CPU platform's attention is the `cpu` backend.
 void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
                   platform::StreamHandle stream = {});
 
 namespace reference {
-// The same computation on host buffers in float64 (bf16 in, float out), for tests and
-// bench-attention's error column. `out` is [batch, num_q_heads, head_dim].
+// Element `index` of a host KV cache of `dtype` as the kernels see it: bf16 as is, fp8 times
+// `scale` (the dequantised value), in float64.
+double kv_value(const void* cache, DType dtype, int64_t index, float scale);
+
+// The same computation on host buffers in float64 (bf16 q, bf16 or fp8 K/V dequantised with the
+// params' scales, float out), for tests and bench-attention's error column. `out` is
+// [batch, num_q_heads, head_dim].
 void paged_decode(const PagedDecodeParams& params, float* out);
 }  // namespace reference
 

@@ -4,7 +4,10 @@
 // a CSR page table (SGLang's kv_indptr / kv_indices at page granularity):
 //   token t of request b lives in slot page_ids[page_indptr[b] + t / page_size] * page_size
 //   + t % page_size, for t < seq_lens[b].
-// Pool rows are [num_slots, num_kv_heads, head_dim] in bf16 (MHATokenToKVPool's layout).
+// Pool rows are [num_slots, num_kv_heads, head_dim] (MHATokenToKVPool's layout) in bf16, or in
+// fp8 (e4m3 / e5m2) with the layer's scales: the value a kernel uses is stored * k_scale (V:
+// v_scale), the pool's convention (kv_pool.h: stored = value / scale). Kernels fold k_scale into
+// the softmax scale and v_scale into the output rather than multiplying every element.
 // GQA: query head h reads KV head h / (num_q_heads / num_kv_heads).
 //
 // Split-KV: each request's tokens are cut into num_splits chunks of tokens_per_split; with more
@@ -19,12 +22,17 @@
 
 #include <cstdint>
 
+#include "kvserve/core/dtype.h"
+
 namespace kvserve::ops {
 
 struct PagedDecodeParams {
   const void* q = nullptr;        // [batch, num_q_heads, head_dim] bf16
-  const void* k_cache = nullptr;  // [num_slots, num_kv_heads, head_dim] bf16
+  const void* k_cache = nullptr;  // [num_slots, num_kv_heads, head_dim] kv_dtype
   const void* v_cache = nullptr;
+  DType kv_dtype = DType::kBF16;  // kBF16, kFP8E4M3 or kFP8E5M2
+  float k_scale = 1.0f;           // fp8: value = stored * k_scale (1 for bf16)
+  float v_scale = 1.0f;
   // Where query b's page list starts in page_ids: a CSR indptr works as is, and queries of one
   // request (the tokens of an extend) may share a list, each seeing its own seq_lens[b] prefix.
   const int32_t* page_indptr = nullptr;  // [batch] (or [batch + 1])

@@ -57,6 +57,8 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
            "paged prefill attention runs on CUDA; the CPU platform uses the cpu backend");
   KV_CHECK(params.num_kv_heads > 0 && params.num_q_heads % params.num_kv_heads == 0,
            "{} query heads over {} KV heads", params.num_q_heads, params.num_kv_heads);
+  KV_CHECK(is_paged_kv_dtype(params.kv_dtype), "paged prefill reads a bf16 or fp8 KV cache, not {}",
+           dtype_name(params.kv_dtype));
   PagedPrefillParams p = params;
   p.variant = choose_prefill_variant(params.variant, params.total_q, params.batch,
                                      params.num_q_heads / params.num_kv_heads);
@@ -141,6 +143,8 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
   KV_CHECK(params.num_splits >= 1, "num_splits {}", params.num_splits);
   KV_CHECK(params.num_splits == 1 || (params.partial_out && params.partial_lse),
            "{} splits need a workspace", params.num_splits);
+  KV_CHECK(is_paged_kv_dtype(params.kv_dtype), "paged decode reads a bf16 or fp8 KV cache, not {}",
+           dtype_name(params.kv_dtype));
 #if KVSERVE_WITH_CUDA
   platform::cuda::paged_decode_tc(params, resolve_decode_tc_stages(stages, params.head_dim),
                                   platform.resolve(stream));
@@ -155,8 +159,8 @@ namespace reference {
 
 void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) {
   const auto* q = static_cast<const uint16_t*>(p.q);
-  const auto* k = static_cast<const uint16_t*>(p.k_cache);
-  const auto* v = static_cast<const uint16_t*>(p.v_cache);
+  auto k_at = [&](int64_t i) { return kv_value(p.k_cache, p.kv_dtype, i, p.k_scale); };
+  auto v_at = [&](int64_t i) { return kv_value(p.v_cache, p.kv_dtype, i, p.v_scale); };
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int64_t row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   const int32_t total = p.qo_indptr[p.batch];
@@ -180,10 +184,10 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
       float* oh = out + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim;
       double mx = -INFINITY;
       for (int32_t j = 0; j < visible; ++j) {
-        const uint16_t* kj = k + slots[j] * row + kv_col;
+        const int64_t kj = slots[j] * row + kv_col;
         double s = 0;
         for (int32_t d = 0; d < p.head_dim; ++d)
-          s += double(bf16_to_float(qh[d])) * bf16_to_float(kj[d]);
+          s += double(bf16_to_float(qh[d])) * k_at(kj + d);
         scores[j] = s * p.sm_scale;
         mx = std::max(mx, scores[j]);
       }
@@ -192,9 +196,9 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
         sum += (s = std::exp(s - mx));
       std::vector<double> acc(static_cast<size_t>(p.head_dim), 0.0);
       for (int32_t j = 0; j < visible; ++j) {
-        const uint16_t* vj = v + slots[j] * row + kv_col;
+        const int64_t vj = slots[j] * row + kv_col;
         for (int32_t d = 0; d < p.head_dim; ++d)
-          acc[d] += scores[j] * bf16_to_float(vj[d]);
+          acc[d] += scores[j] * v_at(vj + d);
       }
       for (int32_t d = 0; d < p.head_dim; ++d)
         oh[d] = visible == 0 ? 0.0f : static_cast<float>(acc[d] / sum);
@@ -210,6 +214,9 @@ void paged_decode_parallel(const PagedDecodeParams& p, float* out) {
   pp.q = p.q;
   pp.k_cache = p.k_cache;
   pp.v_cache = p.v_cache;
+  pp.kv_dtype = p.kv_dtype;
+  pp.k_scale = p.k_scale;
+  pp.v_scale = p.v_scale;
   pp.qo_indptr = qo_indptr.data();
   pp.page_indptr = p.page_indptr;
   pp.page_ids = p.page_ids;

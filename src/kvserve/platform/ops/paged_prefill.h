@@ -31,9 +31,9 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
 // --- Decode on tensor cores ------------------------------------------------------------------
 // The decode kernel's drop-in replacement for one query token per request (decode batches and
 // extends of one token): the same PagedDecodeParams (page_indptr / page_ids / seq_lens per query,
-// bf16 q / K / V / out, head_dim 64 or 128, GQA groups 1..8, page sizes 1..128), the same split
-// workspace layout (partial_out [batch, num_q_heads, num_splits, head_dim] f32, then partial_lse
-// [batch, num_q_heads, num_splits]) and both split modes (per-request splits when
+// bf16 q / out, bf16 or fp8 K / V, head_dim 64 or 128, GQA groups 1..8, page sizes 1..128), the
+// same split workspace layout (partial_out [batch, num_q_heads, num_splits, head_dim] f32, then
+// partial_lse [batch, num_q_heads, num_splits]) and both split modes (per-request splits when
 // min_tokens_per_split > 0, cut in whole 64-position tiles: decode_tc_split_range).
 
 // Pipeline depth (K/V tiles of 64 positions in flight per block): `requested` when 2, 3 or 4, else
@@ -65,9 +65,10 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
                      platform::StreamHandle stream = {}, int32_t stages = 0);
 
 namespace reference {
-// The same computation on host buffers in float64 (bf16 in, float out), for tests and
-// bench-attention's error column. Computes the query rows t (of total_q) with
-// t % query_step == 0 and leaves the others of `out` ([total_q, num_q_heads, head_dim]) alone.
+// The same computation on host buffers in float64 (bf16 q, bf16 or fp8 K/V dequantised with the
+// params' scales, float out), for tests and bench-attention's error column. Computes the query rows
+// t (of total_q) with t % query_step == 0 and leaves the others of `out` ([total_q, num_q_heads,
+// head_dim]) alone.
 void paged_prefill(const PagedPrefillParams& params, float* out, int32_t query_step = 1);
 
 // reference::paged_decode's result (`out` [batch, num_q_heads, head_dim]) through the prefill

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kvserve/core/dtype.h"
+
 namespace kvserve::ops {
 
 // Tile shapes of the tensor-core kernel (platform/cuda/paged_prefill.cu). The rows of a tile are
@@ -27,8 +29,11 @@ enum class PrefillVariant : int32_t {
 
 struct PagedPrefillParams {
   const void* q = nullptr;        // [total_q, num_q_heads, head_dim] bf16
-  const void* k_cache = nullptr;  // [num_slots, num_kv_heads, head_dim] bf16
+  const void* k_cache = nullptr;  // [num_slots, num_kv_heads, head_dim] kv_dtype
   const void* v_cache = nullptr;
+  DType kv_dtype = DType::kBF16;  // kBF16, kFP8E4M3 or kFP8E5M2 (paged_decode_params.h)
+  float k_scale = 1.0f;           // fp8: value = stored * k_scale (1 for bf16)
+  float v_scale = 1.0f;
   const int32_t* qo_indptr = nullptr;    // [batch + 1]
   const int32_t* page_indptr = nullptr;  // [batch] (or [batch + 1]): where b's page list starts
   const int32_t* page_ids = nullptr;
@@ -60,14 +65,19 @@ inline constexpr int32_t kDecodeTcTileTokens = 64;   // K/V positions per pipeli
 inline constexpr int32_t kDecodeTcThreads = 128;     // 4 warps, 16 positions of every stage each
 inline constexpr int32_t kDecodeTcMaxCtasPerSm = 4;  // register budget: 128 per thread
 
-// Shared memory of one block: `stages` K and V tiles of kDecodeTcTileTokens x head_dim bf16.
-KVSERVE_HOST_DEVICE constexpr int64_t decode_tc_smem_bytes(int32_t head_dim, int32_t stages) {
-  return int64_t{stages} * 2 * kDecodeTcTileTokens * head_dim * 2;
+// Shared memory of one block: `stages` K and V tiles of kDecodeTcTileTokens x head_dim elements
+// of kv_bytes (2: bf16; 1: fp8, plus one K and one V tile of bf16 that the fp8 bytes are widened
+// into before ldmatrix).
+KVSERVE_HOST_DEVICE constexpr int64_t decode_tc_smem_bytes(int32_t head_dim, int32_t stages,
+                                                           int32_t kv_bytes = 2) {
+  return int64_t{stages} * 2 * kDecodeTcTileTokens * head_dim * kv_bytes +
+         (kv_bytes == 1 ? int64_t{2} * kDecodeTcTileTokens * head_dim * 2 : 0);
 }
 
 // Blocks of the kernel that fit on one Hopper SM (228 KiB of shared memory, 1 KiB reserved per
 // block), at most kDecodeTcMaxCtasPerSm; the kernel's __launch_bounds__ asks for this many and the
-// split plan counts on it.
+// split plan counts on it. The bf16 count: the fp8 kernel needs less shared memory (as many or
+// more blocks fit) but keeps the bf16 kernel's register budget and plan.
 KVSERVE_HOST_DEVICE constexpr int32_t decode_tc_ctas_per_sm(int32_t head_dim, int32_t stages) {
   const int64_t per_block = decode_tc_smem_bytes(head_dim, stages) + 1024;
   const int64_t n = int64_t{228} * 1024 / per_block;

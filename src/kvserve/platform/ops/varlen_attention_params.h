@@ -11,14 +11,21 @@
 namespace kvserve::ops {
 
 // k_out[i] = k_cache[slots[i]], v_out[i] = v_cache[slots[i]] for i < num_tokens: rows of
-// row_elems elements of `dtype` (num_kv_heads * head_dim). Every slot must be in [0, num_slots).
+// row_elems elements (num_kv_heads * head_dim). Every slot must be in [0, num_slots).
+// The rows are copied as they are (a cache of `dtype`), or, when cache_dtype is fp8 (kFP8E4M3 /
+// kFP8E5M2: the pool stores bytes), converted into bf16 rows (dtype must be kBF16):
+// k_out = stored * k_scale, v_out = stored * v_scale (the pool's convention, kv_pool.h), so the
+// varlen kernel reads values and stays as it is. A non-fp8 cache_dtype is ignored.
 struct GatherKvParams {
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   const int32_t* slots = nullptr;  // [num_tokens], device memory
   void* k_out = nullptr;           // [num_tokens, row_elems] contiguous
   void* v_out = nullptr;
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;        // of k_out / v_out
+  DType cache_dtype = DType::kBF16;  // fp8: a converting gather (else: rows of `dtype`)
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
   int64_t num_tokens = 0;
   int64_t row_elems = 0;
   int64_t num_slots = 0;
