@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <iostream>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -146,6 +147,10 @@ struct ScenarioCase {
   int32_t page_size;
 };
 
+void PrintTo(const ScenarioCase& c, std::ostream* os) {
+  *os << c.backend << ", page size " << c.page_size;
+}
+
 class MirrorScenarioGpuTest : public ::testing::TestWithParam<ScenarioCase> {};
 
 TEST_P(MirrorScenarioGpuTest, MirrorEqualsHostAfterEveryForward) {
@@ -156,6 +161,7 @@ TEST_P(MirrorScenarioGpuTest, MirrorEqualsHostAfterEveryForward) {
     const test_support::MirrorScenarioStats s =
         test_support::run_mirror_scenario(*cuda, c.backend, c.page_size, seed);
     EXPECT_EQ(s.forwards, 13);
+    EXPECT_EQ(s.rows_checked, 37);
     EXPECT_TRUE(s.host_rewrote_a_row) << "seed " << seed;
     EXPECT_EQ(s.graph_forwards, std::string(c.backend) == "cuda-paged" ? 3 : 0);
   }

@@ -4,9 +4,11 @@
 // At startup, once the KV pool exists, it captures one forward per batch-size bucket
 // (decode_graph_batch_sizes: 1, 2, 4, 8, 16, 24, 32, ... up to --cuda-graph-max-bs), largest
 // first. A capture records CausalLM::forward_static on the model runner's stream: the model's
-// static workspace, the attention backend's plan (staged into this runner's fixed buffer) and its
-// split workspace, the logits and their argmax for every row; every address is fixed for the
-// runner's life and the split decisions are fixed per bucket.
+// static workspace, the attention backend's plan (staged into this runner's fixed buffer), the
+// device work it does from the plan (cuda-paged: the new slots into the req_to_token mirror and the
+// page lists built from it, AttentionBackend::launch_decode_graph_metadata) and its split
+// workspace, the logits and their argmax for every row; every address is fixed for the runner's
+// life and the split decisions are fixed per bucket.
 //
 // A decode batch of bs requests (bs <= the largest bucket) is padded to the smallest bucket >= bs
 // (pad_decode_batch: pad entries read row 0 with seq_len 1, position 0 and token 0, and write slot
