@@ -10,7 +10,9 @@
 #include "kvserve/attention/cuda_backends.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/allocator.h"
+#include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/radix_cache.h"
 #include "kvserve/model/decode_graph_runner.h"
 #include "kvserve/model/forward_batch.h"
@@ -223,6 +225,90 @@ MirrorScenarioStats run_mirror_scenario(platform::Platform& platform, const std:
   for (Request* r : all)
     s.finish(*r);
   return s.stats();
+}
+
+int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
+                                            const std::string& backend, int32_t page_size,
+                                            bool ragged_layout, uint32_t seed) {
+  const mem::EncoderKvLayout layout =
+      ragged_layout ? mem::EncoderKvLayout::kRagged : mem::EncoderKvLayout::kAligned;
+  std::mt19937 rng(seed);
+  mem::ReqToTokenPool rows(kRows, kRowLen);
+  auto alloc = mem::make_allocator(kSlots, page_size);
+  mem::ChunkCache cache(rows, *alloc);
+  const mem::KvMemory memory{rows, *alloc, cache};
+  auto pool = std::move(mem::MHATokenToKVPool::create(platform, {.num_layers = 1,
+                                                                 .num_kv_heads = 1,
+                                                                 .head_dim = 64,
+                                                                 .size = kSlots,
+                                                                 .page_size = page_size,
+                                                                 .dtype = DType::kBF16})
+                            .value());
+  auto mirror = std::move(mem::DeviceReqToToken::create(platform, rows).value());
+  std::unique_ptr<attention::AttentionBackend> be =
+      backend == "cuda-paged" ? attention::make_cuda_paged_backend(platform)
+                              : attention::make_cuda_ragged_backend(platform);
+  int64_t checked = 0;
+  auto check = [&](const model::ForwardBatch& batch, const char* step) {
+    for (int32_t b = 0; b < batch.batch_size(); ++b) {
+      const int32_t row = batch.req_pool_indices[b];
+      const int32_t len = batch.kv_start(b) + batch.seq_lens[b];
+      const auto want = rows.row(row, 0, len);
+      EXPECT_EQ(mirror->read_row(row, len), std::vector<int32_t>(want.begin(), want.end()))
+          << step << ": request " << b << " (encoder " << batch.encoder_len(b) << ", " << len
+          << " positions), page size " << page_size << ", seed " << seed;
+      ++checked;
+    }
+  };
+
+  // Prefill: rows [encoder region | prompt], as whisper_generate allocates them.
+  const std::vector<int32_t> encoder_lens = {23, 0, 40, 17};
+  const int32_t bs = static_cast<int32_t>(encoder_lens.size());
+  std::vector<mem::KvReqState> states(static_cast<size_t>(bs));
+  std::vector<mem::KvReqState*> ptrs;
+  std::vector<int32_t> seq_lens, starts, prompt_lens;
+  for (int32_t b = 0; b < bs; ++b) {
+    ptrs.push_back(&states[b]);
+    starts.push_back(mem::encoder_reserved_len(encoder_lens[b], page_size, layout));
+    prompt_lens.push_back(std::uniform_int_distribution<int32_t>(1, 9)(rng));
+    seq_lens.push_back(starts[b] + prompt_lens[b]);
+  }
+  std::vector<int32_t> loc;
+  KV_CHECK(mem::alloc_for_extend(memory, ptrs, seq_lens, loc).is_ok());
+  std::vector<mem::EncDecRow> enc_rows;
+  std::vector<model::ForwardRequest> fwd;
+  for (int32_t b = 0; b < bs; ++b) {
+    enc_rows.push_back({states[b].row, encoder_lens[b], prompt_lens[b]});
+    fwd.push_back({states[b].row, 0, std::vector<int32_t>(prompt_lens[b], 7)});
+  }
+  std::vector<int32_t> encoder_loc, decoder_loc;
+  mem::split_encoder_decoder_loc(loc, enc_rows, page_size, layout, encoder_loc, decoder_loc);
+  model::ForwardBatch batch =
+      model::make_forward_batch(model::ForwardMode::kExtend, fwd, decoder_loc, rows, *pool);
+  batch.self_kv_start = starts;
+  batch.encoder_lens = encoder_lens;
+  batch.encoder_out_cache_loc = encoder_loc;
+  batch.req_to_token_device = mirror.get();
+  be->init_forward_metadata(batch);
+  check(batch, "encoder-decoder prefill");
+
+  // Decode steps: one token per request at decoder position len - 1.
+  for (int32_t step = 0; step < 3; ++step) {
+    KV_CHECK(mem::alloc_for_decode(memory, ptrs, loc).is_ok());
+    fwd.clear();
+    for (int32_t b = 0; b < bs; ++b) {
+      fwd.push_back({states[b].row, prompt_lens[b] + step, {7}});
+    }
+    batch = model::make_forward_batch(model::ForwardMode::kDecode, fwd, loc, rows, *pool);
+    batch.self_kv_start = starts;
+    batch.encoder_lens = encoder_lens;
+    batch.req_to_token_device = mirror.get();
+    be->init_forward_metadata(batch);
+    check(batch, "encoder-decoder decode");
+  }
+  for (mem::KvReqState& st : states)
+    mem::release_kv_cache(memory, st, std::vector<int32_t>(kRowLen, 7), /*insert=*/false);
+  return checked;
 }
 
 }  // namespace kvserve::test_support

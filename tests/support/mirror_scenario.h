@@ -27,4 +27,13 @@ struct MirrorScenarioStats {
 MirrorScenarioStats run_mirror_scenario(platform::Platform& platform, const std::string& backend,
                                         int32_t page_size, uint32_t seed);
 
+// Encoder-decoder rows ([encoder region | decoder region], mem/encoder_layout.h) as Whisper's
+// generation writes them: a prefill of requests with encoder lengths (one of them 0) and prompts,
+// then decode steps with self_kv_start / encoder_lens set. The mirror must equal the host row on
+// [0, self_kv_start + seq_len) after every forward. cuda-paged needs the aligned layout (its
+// decoder region starts on a page); cuda-ragged reads both. Returns the rows checked.
+int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
+                                            const std::string& backend, int32_t page_size,
+                                            bool ragged_layout, uint32_t seed);
+
 }  // namespace kvserve::test_support

@@ -276,5 +276,25 @@ INSTANTIATE_TEST_SUITE_P(Backends, MirrorScenarioTest,
                            return name + "_page" + std::to_string(i.param.page_size);
                          });
 
+// Encoder-decoder rows (Whisper): aligned layout through both backends, ragged through
+// cuda-ragged, page sizes 1 and 16.
+TEST(MirrorEncoderDecoder, MirrorEqualsHostOnBothRegions) {
+  auto platform = cpu();
+
+  for (const int32_t ps : {1, 16}) {
+    for (const uint32_t seed : {1u, 2u}) {
+      EXPECT_EQ(test_support::run_encoder_decoder_mirror_scenario(*platform, "cuda-paged", ps,
+                                                                  /*ragged_layout=*/false, seed),
+                16);
+      EXPECT_EQ(test_support::run_encoder_decoder_mirror_scenario(*platform, "cuda-ragged", ps,
+                                                                  /*ragged_layout=*/false, seed),
+                16);
+      EXPECT_EQ(test_support::run_encoder_decoder_mirror_scenario(*platform, "cuda-ragged", ps,
+                                                                  /*ragged_layout=*/true, seed),
+                16);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvserve
