@@ -18,6 +18,7 @@
 #include "kvserve/core/dtype.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve {
@@ -129,6 +130,7 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
     // fp8: the store divides by these and both kernels multiply back.
     if (is_float8(kv_dtype)) pool->set_kv_scales(0, 0.29f, 1.3f);
     mem::ReqToTokenPool rows(8, 4096);
+    auto mirror = std::move(mem::DeviceReqToToken::create(*cuda, rows).value());
     auto alloc = mem::make_allocator(16384, ps);
     mem::ChunkCache cache(rows, *alloc);
     const mem::KvMemory memory{rows, *alloc, cache};
@@ -181,8 +183,9 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
       ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, seq, loc).is_ok());
       for (size_t i = 0; i < ptrs.size(); ++i)
         fwd.push_back({ptrs[i]->row, 0, std::vector<int32_t>(seq[i], 1)});
-      const model::ForwardBatch batch =
+      model::ForwardBatch batch =
           model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc, rows, *pool);
+      batch.req_to_token_device = mirror.get();
       const int64_t n = batch.num_tokens();
       run(*with_prefill, batch, upload(n * kHeads * kDim), upload(n * kKvHeads * kDim),
           upload(n * kKvHeads * kDim));
@@ -201,8 +204,9 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
     ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, seq, loc).is_ok());
     for (size_t b = 0; b < prefix.size(); ++b)
       fwd.push_back({kv[b].row, prefix[b], std::vector<int32_t>(extend[b], 1)});
-    const model::ForwardBatch batch =
+    model::ForwardBatch batch =
         model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc, rows, *pool);
+    batch.req_to_token_device = mirror.get();
     const int64_t n = batch.num_tokens();
     const Buffer q = upload(n * kHeads * kDim), k = upload(n * kKvHeads * kDim),
                  v = upload(n * kKvHeads * kDim);

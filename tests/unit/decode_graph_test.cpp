@@ -5,9 +5,11 @@
 // graphs (the CPU platform cannot capture).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "kvserve/attention/cuda_backends.h"
+#include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/decode_graph_runner.h"
@@ -63,7 +65,8 @@ struct Pools {
                                                                  .size = 65536,
                                                                  .page_size = page_size,
                                                                  .dtype = DType::kBF16})
-                           .value())) {
+                           .value())),
+        mirror(std::move(mem::DeviceReqToToken::create(*platform, rows).value())) {
     int32_t next_page = 1;  // page 0 is the padding page
     for (const int32_t len : lens) {
       const int32_t row = rows.alloc_one().value();
@@ -84,12 +87,15 @@ struct Pools {
       fwd.push_back({req[b], lens[b] - 1, {static_cast<int32_t>(100 + b)}});
       loc.push_back(rows.at(req[b], lens[b] - 1));
     }
-    return make_forward_batch(ForwardMode::kDecode, fwd, loc, rows, *pool);
+    ForwardBatch batch = make_forward_batch(ForwardMode::kDecode, fwd, loc, rows, *pool);
+    batch.req_to_token_device = mirror.get();
+    return batch;
   }
 
   std::unique_ptr<platform::Platform> platform;
   mem::ReqToTokenPool rows;
   std::unique_ptr<mem::MHATokenToKVPool> pool;
+  std::unique_ptr<mem::DeviceReqToToken> mirror;
   std::vector<int32_t> req;
 };
 
@@ -166,10 +172,11 @@ TEST(BatchInts, PackedAsIdsPositionsLogitsRows) {
   EXPECT_EQ(up.logits_indices, device.data() + 6);
 }
 
-// cuda-paged's decode-graph plan is host work: built here on the CPU platform.
+// cuda-paged's decode-graph plan is O(batch) host integers; the mirror write and the page lists
+// are device work (launch_decode_graph_metadata), run here with the CPU ops.
 class CudaPagedGraphPlanTest : public ::testing::TestWithParam<int32_t> {};
 
-TEST_P(CudaPagedGraphPlanTest, FixedOffsetsPerBatchSizeAndPadsOnPageZero) {
+TEST_P(CudaPagedGraphPlanTest, FixedOffsetsPerBatchSizeAndPadsOnRowZero) {
   const int32_t ps = GetParam();
   const std::vector<int32_t> lens = {1, 17, 200, 1000};
   Pools p(ps, lens);
@@ -183,49 +190,66 @@ TEST_P(CudaPagedGraphPlanTest, FixedOffsetsPerBatchSizeAndPadsOnPageZero) {
                                           .head_dim = 64};
   auto cap = backend->init_decode_graph_state(shape);
   ASSERT_TRUE(cap.is_ok()) << cap.status().to_string();
-  const int64_t pages_per_req = (4096 + ps - 1) / ps;
-  EXPECT_EQ(*cap, 8 * (3 + pages_per_req));
+  // No page ids in the plan: its size does not depend on the requests' lengths.
+  EXPECT_EQ(*cap, 7 * 8 + 2);
 
   const ForwardBatch padded = pad_decode_batch(p.decode(lens), 8);
-  std::vector<int32_t> host(*cap, -7);
+  std::vector<int32_t> host(*cap + 1, -7);
   std::vector<int32_t> device(*cap);
   const int64_t n =
       backend->init_forward_metadata_decode_graph(padded, host.data(), *cap, device.data());
   const int32_t B = 8;
-  // [slots B | starts B | lengths B | page ids]
-  int64_t pages = 0;
-  for (int32_t b = 0; b < B; ++b)
-    pages += (padded.seq_lens[b] + ps - 1) / ps;
-  ASSERT_EQ(n, 3 * B + pages);
+  ASSERT_EQ(n, 7 * B + 2);
+  // [slots B | rows B | new starts B | new indptr B + 1 | starts B | lengths B | page indptr B + 1]
+  const int32_t* slots = host.data();
+  const int32_t* rows = slots + B;
+  const int32_t* new_start = rows + B;
+  const int32_t* new_indptr = new_start + B;
+  const int32_t* starts = new_indptr + B + 1;
+  const int32_t* lengths = starts + B;
+  const int32_t* page_indptr = lengths + B;
   int32_t start = 0;
   for (int32_t b = 0; b < B; ++b) {
-    EXPECT_EQ(host[b], padded.out_cache_loc[b]) << b;
-    EXPECT_EQ(host[B + b], start) << b;
-    EXPECT_EQ(host[2 * B + b], padded.seq_lens[b]) << b;
-    const int32_t row = padded.req_pool_indices[b];
-    for (int32_t j = 0; j * ps < padded.seq_lens[b]; ++j) {
-      EXPECT_EQ(host[3 * B + start + j], p.rows.at(row, j * ps) / ps) << b << " page " << j;
-    }
+    EXPECT_EQ(slots[b], padded.out_cache_loc[b]) << b;
+    EXPECT_EQ(rows[b], padded.req_pool_indices[b]) << b;
+    EXPECT_EQ(new_start[b], padded.seq_lens[b] - 1) << b;
+    EXPECT_EQ(new_indptr[b], b) << b;
+    EXPECT_EQ(starts[b], start) << b;
+    EXPECT_EQ(page_indptr[b], start) << b;
+    EXPECT_EQ(lengths[b], padded.seq_lens[b]) << b;
     start += (padded.seq_lens[b] + ps - 1) / ps;
   }
+  EXPECT_EQ(new_indptr[B], B);
+  EXPECT_EQ(page_indptr[B], start);
   for (int32_t b = 4; b < B; ++b) {
-    EXPECT_EQ(host[b], 0);                    // stores at slot 0
-    EXPECT_EQ(host[2 * B + b], 1);            // one position
-    EXPECT_EQ(host[3 * B + host[B + b]], 0);  // on page 0
+    EXPECT_EQ(slots[b], 0);    // stores at slot 0
+    EXPECT_EQ(rows[b], 0);     // reads the padding row
+    EXPECT_EQ(lengths[b], 1);  // one position
   }
   EXPECT_EQ(host[n], -7);  // nothing written past the plan
 
-  // Another batch of the same size, different lengths: same offsets, more pages.
+  // The device work: the repair (the rows were written on the host before this forward) ran
+  // already; the captured part writes each new slot and builds the page lists. Afterwards the
+  // mirror equals the host rows on every request's [0, seq_len).
+  std::copy(host.begin(), host.begin() + n, device.begin());
+  backend->launch_decode_graph_metadata();
+  for (size_t b = 0; b < lens.size(); ++b) {
+    const auto want = p.rows.row(p.req[b], 0, lens[b]);
+    EXPECT_EQ(p.mirror->read_row(p.req[b], lens[b]), std::vector<int32_t>(want.begin(), want.end()))
+        << b;
+  }
+  EXPECT_EQ(p.mirror->read_row(0, 1), std::vector<int32_t>{0});  // pads wrote slot 0 there
+
+  // Another batch of the same size, different lengths: same offsets, same size.
   const std::vector<int32_t> lens2 = {1000, 1000, 999, 3};
   Pools q(ps, lens2);
   const ForwardBatch padded2 = pad_decode_batch(q.decode(lens2), 8);
   const int64_t n2 =
       backend->init_forward_metadata_decode_graph(padded2, host.data(), *cap, device.data());
-  EXPECT_EQ(host[2 * B], 1000);
-  EXPECT_EQ(host[2 * B + 3], 3);
-  EXPECT_EQ(host[B], 0);
-  EXPECT_EQ(host[B + 1], (1000 + ps - 1) / ps);
-  EXPECT_GT(n2, 3 * B);
+  EXPECT_EQ(n2, n);
+  EXPECT_EQ(host[5 * B + 1 + 0], 1000);  // lengths[0]
+  EXPECT_EQ(host[5 * B + 1 + 3], 3);
+  EXPECT_EQ(host[4 * B + 1 + 1], (1000 + ps - 1) / ps);  // starts[1]
   // The plan must fit the caller's buffer.
   EXPECT_THROW(
       backend->init_forward_metadata_decode_graph(padded2, host.data(), 3 * B, device.data()),

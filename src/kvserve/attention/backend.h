@@ -76,13 +76,19 @@ class AttentionBackend {
   }
   // Builds the plan of `batch` (decode, no encoder) into host[0, n) and returns n <= capacity;
   // until the next init_forward_metadata*, forward_decode reads it at `device`, which must hold
-  // those n integers by the time its kernels run. Host work only.
+  // those n integers by the time its kernels run. Host work, except device work that must precede
+  // the replay and is not part of the graph (queued on the current stream: cuda-paged writes the
+  // rows the host rewrote outside a forward into the req_to_token mirror).
   virtual int64_t init_forward_metadata_decode_graph(const model::ForwardBatch& /*batch*/,
                                                      int32_t* /*host*/, int64_t /*capacity*/,
                                                      const int32_t* /*device*/) {
     KV_CHECK(false, "attention backend {} has no decode graphs", name());
     return 0;
   }
+  // The device work of the staged plan (what a decode graph captures before the first layer:
+  // cuda-paged writes each request's new slot into the req_to_token mirror and builds the page
+  // lists from it), reading only the staged integers. CausalLM::forward_static calls it.
+  virtual void launch_decode_graph_metadata() {}
   virtual void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
                               const model::ForwardBatch& batch, bool save_kv = true) = 0;
   virtual void forward_decode(const AttentionIO& io, const AttentionLayer& layer,

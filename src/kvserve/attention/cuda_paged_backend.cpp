@@ -16,43 +16,47 @@
 // The pool may hold bf16 or fp8 (e4m3 / e5m2) K/V: every kernel reads the stored elements (fp8:
 // half the bytes) and applies the layer's scales itself (value = stored * scale).
 //
-// init_forward_metadata builds the page lists, per-request qo_indptr / kv_lens (prefill) or
-// per-query starts and lengths (decode) and the store slots on the host once per forward and
-// uploads them in one copy; every layer reuses them, and the split-KV plan made at the first layer.
-// A decode batch's integers are laid out [slots B | starts B | lengths B | page ids], so their
-// offsets depend only on the batch size: decode graphs stage the same plan into a caller's fixed
-// buffer (init_forward_metadata_decode_graph) and split for the longest possible request, which
-// cuts every request as the eager plan does (per-request splits, ops/paged_decode.h).
+// init_forward_metadata uploads the forward's O(batch) integers (store slots, rows, page indptr,
+// qo_indptr / kv_lens for prefill or per-query starts and lengths for decode; an extend adds its
+// prefix slots for the req_to_token mirror) in one copy, then, on the same stream before the first
+// layer, writes the forward's rows into the mirror (ops::write_req_to_token) and builds every
+// request's page list from it (ops::build_kv_indices); every layer reuses them, and the split-KV
+// plan made at the first layer. A decode batch's integers have offsets fixed by the batch size:
+// decode graphs stage the same plan into a caller's fixed buffer
+// (init_forward_metadata_decode_graph) and capture the mirror write and the page-list build
+// (launch_decode_graph_metadata) into a fixed page-id buffer; they split for the longest possible
+// request, which cuts every request as the eager plan does (per-request splits,
+// ops/paged_decode.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <tuple>
 
 #include "kvserve/attention/cuda_backends.h"
 #include "kvserve/attention/device_metadata.h"
-#include "kvserve/mem/page_table.h"
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/ops/paged_prefill.h"
 
 namespace kvserve::attention {
 namespace {
 
-// Offsets (in int32 elements) of one forward's metadata inside its device copy.
+// Offsets (in int32 elements) of one forward's metadata inside its device copy; page ids are in
+// the backend's index buffer, built on the device from the req_to_token mirror.
 struct QuerySet {
-  int64_t page_ids = 0;  // the requests' page lists, concatenated
-  int64_t starts = 0;    // [num_queries] where each query's page list begins
-  int64_t lens = 0;      // [num_queries] visible KV positions
+  KvIndexSet pages;    // the requests' page lists (device-built), with their indptr
+  int64_t starts = 0;  // [num_queries] where each query's page list begins
+  int64_t lens = 0;    // [num_queries] visible KV positions
   int32_t num_queries = 0;
   int32_t max_len = 0;
   int64_t total_kv = 0;
   // Prefill kernel (per request): page lists, where each starts, positions visible to the last
   // query; queries are rows of the forward's qo_indptr.
   bool prefill = false;
-  int64_t page_indptr = 0;  // [batch + 1]
-  int64_t kv_lens = 0;      // [batch]
+  int64_t kv_lens = 0;  // [batch]
 };
 
 class CudaPagedBackend final : public AttentionBackend {
@@ -61,14 +65,16 @@ class CudaPagedBackend final : public AttentionBackend {
       : platform_(p),
         options_(options),
         num_sms_(ops::num_compute_units(p)),
-        meta_(p, "cuda-paged") {}
+        meta_(p, "cuda-paged"),
+        repair_(p, "cuda-paged mirror") {}
 
   std::string_view name() const override { return "cuda-paged"; }
 
   void init_forward_metadata(const model::ForwardBatch& batch) override {
-    build(batch);
+    build(batch, /*graph=*/false);
     graph_ = false;
     meta_.upload();
+    launch_device_metadata();
   }
 
   bool supports_decode_graphs() const override { return true; }
@@ -90,8 +96,13 @@ class CudaPagedBackend final : public AttentionBackend {
     if (floats > 0) {
       KV_ASSIGN_OR_RETURN(graph_workspace_, platform_.allocate_buffer(floats * sizeof(float)));
     }
+    // Page ids of the longest possible requests, built on the device at a fixed address.
     const int64_t pages = (int64_t{shape.max_kv_len} + shape.page_size - 1) / shape.page_size;
-    return int64_t{shape.max_bs} * (3 + pages);
+    graph_index_capacity_ = int64_t{shape.max_bs} * pages;
+    KV_ASSIGN_OR_RETURN(
+        graph_index_,
+        platform_.allocate_buffer(static_cast<size_t>(graph_index_capacity_ * sizeof(int32_t))));
+    return graph_plan_ints(shape.max_bs);
   }
 
   int64_t init_forward_metadata_decode_graph(const model::ForwardBatch& batch, int32_t* host,
@@ -102,9 +113,26 @@ class CudaPagedBackend final : public AttentionBackend {
                  batch.encoder_out_cache_loc.empty(),
              "decode graphs have no encoder-decoder batches");
     KV_CHECK_GT(graph_max_kv_len_, 0, "init_decode_graph_state first");
-    build(batch);
+    // Rows the host rewrote since their last forward: written eagerly now, ahead of the replay
+    // on the same stream (the graph itself writes only each request's new slot).
+    repair_.clear();
+    const int64_t rows = repair_.append(batch.req_pool_indices);
+    const MirrorWrite fix =
+        plan_mirror_write(batch, repair_, rows, /*loc=*/0, MirrorWriteMode::kPrefixOnly);
+    if (fix.batch > 0) {
+      repair_.upload();
+      write_mirror(platform_, *batch.req_to_token_device, fix, repair_.device());
+    }
+    build(batch, /*graph=*/true);
     graph_ = true;
-    return meta_.stage(host, capacity, device);
+    const int64_t n = meta_.stage(host, capacity, device);
+    KV_CHECK_EQ(n, graph_plan_ints(batch.batch_size()), "a decode graph plan of fixed size");
+    return n;
+  }
+
+  void launch_decode_graph_metadata() override {
+    KV_CHECK(graph_, "launch_decode_graph_metadata after init_forward_metadata_decode_graph");
+    launch_device_metadata();
   }
 
   void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
@@ -117,22 +145,37 @@ class CudaPagedBackend final : public AttentionBackend {
   }
 
  private:
-  // The forward's integers on the host, and what each layer's launch reads of them.
-  void build(const model::ForwardBatch& batch) {
+  // A decode graph's plan: [slots B | rows B | new starts B | new indptr B + 1 | starts B |
+  // lengths B | page indptr B + 1], offsets fixed by the batch size and no O(tokens) integer.
+  static int64_t graph_plan_ints(int32_t bs) { return 7 * int64_t{bs} + 2; }
+
+  // The forward's integers on the host (O(batch), plus an extend's prefix slots for the mirror),
+  // and what each layer's launch reads of them.
+  void build(const model::ForwardBatch& batch, bool graph) {
     meta_.clear();
     plan_.reset();
+    index_size_ = 0;
+    mirror_ = batch.req_to_token_device;
+    KV_CHECK(mirror_ != nullptr, "cuda-paged reads the batch's req_to_token mirror");
     const int32_t bs = batch.batch_size();
-    const int32_t ps = batch.kv_pool->config().page_size;
+    bs_ = bs;
+    ps_ = batch.kv_pool->config().page_size;
     // Store slots first: decoder tokens, then encoder tokens computed in this forward.
     loc_ = meta_.append(batch.out_cache_loc);
     encoder_loc_ = meta_.append(batch.encoder_out_cache_loc);
+    rows_ = meta_.append(batch.req_pool_indices);
+    write_ = plan_mirror_write(batch, meta_, rows_, loc_,
+                               graph ? MirrorWriteMode::kNewOnly : MirrorWriteMode::kAll);
 
-    std::vector<mem::KvRange> self(bs), cross(bs);
+    std::vector<int32_t> self_starts(bs), self_lens(bs), cross_lens(bs);
     bool any_cross = false;
+    bool any_start = false;
     for (int32_t b = 0; b < bs; ++b) {
-      self[b] = {batch.req_pool_indices[b], batch.kv_start(b), batch.seq_lens[b]};
-      cross[b] = {batch.req_pool_indices[b], 0, batch.encoder_len(b)};
+      self_starts[b] = batch.kv_start(b);
+      self_lens[b] = batch.seq_lens[b];
+      cross_lens[b] = batch.encoder_len(b);
       any_cross = any_cross || batch.encoder_len(b) > 0;
+      any_start = any_start || self_starts[b] != 0;
     }
     // Many queries per request: tiles of queries share each K/V load on tensor cores.
     const bool prefill =
@@ -151,54 +194,81 @@ class CudaPagedBackend final : public AttentionBackend {
         }
       }
     }
-    auto add = [&](const std::vector<mem::KvRange>& ranges, bool causal) {
-      return prefill ? add_requests(batch, ranges, ps) : add_queries(batch, ranges, ps, causal);
+    auto add = [&](std::span<const int32_t> starts, std::span<const int32_t> lens, bool causal) {
+      return prefill ? add_requests(batch, starts, lens) : add_queries(batch, starts, lens, causal);
     };
-    self_ = add(self, /*causal=*/true);
-    cross_ = any_cross || !batch.encoder_lens.empty() ? add(cross, false) : QuerySet{};
+    self_ = add(any_start ? std::span<const int32_t>(self_starts) : std::span<const int32_t>(),
+                self_lens, /*causal=*/true);
+    cross_ = any_cross || !batch.encoder_lens.empty() ? add({}, cross_lens, false) : QuerySet{};
   }
 
-  // Prefill kernel metadata: each request's page list, indptr and KV length.
-  QuerySet add_requests(const model::ForwardBatch& batch, const std::vector<mem::KvRange>& ranges,
-                        int32_t ps) {
-    mem::build_kv_indices(*batch.req_to_token, ranges, mem::IndexUnit::kPage, ps, indices_);
+  // Prefill kernel metadata: each request's page list (device-built), indptr and KV length.
+  QuerySet add_requests(const model::ForwardBatch& batch, std::span<const int32_t> starts,
+                        std::span<const int32_t> lens) {
     QuerySet q;
     q.prefill = true;
-    q.total_kv = indices_.total_kv();
+    q.pages = plan_kv_indices(meta_, starts, lens, ps_, &index_size_, indptr_);
     q.num_queries = batch.num_tokens();
-    q.page_ids = meta_.append(indices_.indices);
-    q.page_indptr = meta_.append(indices_.indptr);
-    q.kv_lens = meta_.append(indices_.kv_lens);
-    for (const int32_t len : indices_.kv_lens)
+    q.kv_lens = meta_.append(lens);
+    for (const int32_t len : lens) {
+      q.total_kv += len;
       q.max_len = std::max(q.max_len, len);
+    }
     return q;
   }
 
-  QuerySet add_queries(const model::ForwardBatch& batch, const std::vector<mem::KvRange>& ranges,
-                       int32_t ps, bool causal) {
-    mem::build_kv_indices(*batch.req_to_token, ranges, mem::IndexUnit::kPage, ps, indices_);
+  QuerySet add_queries(const model::ForwardBatch& batch, std::span<const int32_t> starts,
+                       std::span<const int32_t> lens, bool causal) {
     QuerySet q;
-    q.total_kv = indices_.total_kv();
     const int32_t n = batch.num_tokens();
     q.num_queries = n;
-    // Starts and lengths before the page ids: fixed offsets for a given number of queries.
+    // Starts and lengths before the page indptr: fixed offsets for a given number of queries.
     q.starts = meta_.append_zeros(2 * static_cast<int64_t>(n));
     q.lens = q.starts + n;
-    q.page_ids = meta_.append(indices_.indices);
+    q.pages = plan_kv_indices(meta_, starts, lens, ps_, &index_size_, indptr_);
     std::vector<int32_t>& host = meta_.host();
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
+      q.total_kv += lens[b];
       for (int32_t i = 0; i < batch.extend_lens[b]; ++i) {
         const int32_t t = batch.extend_start_loc[b] + i;
         // Decoder positions count from the start of the decoder region.
-        const int32_t visible = causal ? batch.positions[t] + 1 : ranges[b].len;
-        KV_CHECK(visible <= ranges[b].len, "token {} sees {} of {} positions", t, visible,
-                 ranges[b].len);
-        host[q.starts + t] = indices_.indptr[b];
+        const int32_t visible = causal ? batch.positions[t] + 1 : lens[b];
+        KV_CHECK(visible <= lens[b], "token {} sees {} of {} positions", t, visible, lens[b]);
+        host[q.starts + t] = indptr_[b];
         host[q.lens + t] = visible;
         q.max_len = std::max(q.max_len, visible);
       }
     }
     return q;
+  }
+
+  // The device work of the forward's metadata, queued on the current stream before the first
+  // layer: the mirror write, then the page lists built from it (eager forwards: from
+  // init_forward_metadata; decode graphs: captured through launch_decode_graph_metadata).
+  void launch_device_metadata() {
+    const int32_t* meta = meta_.device();
+    write_mirror(platform_, *mirror_, write_, meta);
+    int32_t* index = nullptr;
+    if (graph_) {
+      KV_CHECK_LE(index_size_, graph_index_capacity_, "cuda-paged decode graph page ids");
+      index = graph_index_.data_as<int32_t>();
+    } else {
+      const size_t bytes = static_cast<size_t>(index_size_) * sizeof(int32_t);
+      if (bytes > index_.bytes()) {
+        index_ = Buffer();
+        auto grown = platform_.allocate_buffer(std::max(bytes, size_t{4096}) * 2);
+        KV_CHECK(grown.is_ok(), "cuda-paged page ids of {} bytes: {}", bytes,
+                 grown.status().to_string());
+        index_ = std::move(*grown);
+      }
+      index = index_.data_as<int32_t>();
+    }
+    index_ptr_ = index;
+    // A decode graph launches even for an (impossible) empty batch: the capture fixes the work.
+    for (const QuerySet* qs : {&self_, &cross_}) {
+      if (qs->num_queries == 0 || (!graph_ && qs->pages.entries == 0)) continue;
+      build_kv_indices(platform_, *mirror_, qs->pages, bs_, ps_, meta, rows_, index);
+    }
   }
 
   void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
@@ -232,8 +302,8 @@ class CudaPagedBackend final : public AttentionBackend {
           .k_scale = k_scale,
           .v_scale = v_scale,
           .qo_indptr = meta + qo_indptr_,
-          .page_indptr = meta + qs.page_indptr,
-          .page_ids = meta + qs.page_ids,
+          .page_indptr = meta + qs.pages.indptr,
+          .page_ids = index_ptr_ + qs.pages.out,
           .kv_lens = meta + qs.kv_lens,
           .out = io.out,
           .batch = batch.batch_size(),
@@ -268,7 +338,7 @@ class CudaPagedBackend final : public AttentionBackend {
         .k_scale = k_scale,
         .v_scale = v_scale,
         .page_indptr = meta + qs.starts,
-        .page_ids = meta + qs.page_ids,
+        .page_ids = index_ptr_ + qs.pages.out,
         .seq_lens = meta + qs.lens,
         .out = io.out,
         .partial_out = plan.num_splits > 1 ? ws : nullptr,
@@ -333,7 +403,18 @@ class CudaPagedBackend final : public AttentionBackend {
   CudaPagedOptions options_;
   int32_t num_sms_ = 1;
   DeviceMetadata meta_;
-  mem::KvIndices indices_;
+  DeviceMetadata repair_;  // decode graphs: the host's rewrites, written ahead of the replay
+  mem::DeviceReqToToken* mirror_ = nullptr;
+  MirrorWrite write_;
+  std::vector<int32_t> indptr_;  // host copy of the last planned page indptr
+  Buffer index_;                 // eager page ids, grown on demand
+  Buffer graph_index_;           // decode graphs: fixed, sized by init_decode_graph_state
+  int64_t graph_index_capacity_ = 0;
+  int64_t index_size_ = 0;              // page ids this forward builds
+  const int32_t* index_ptr_ = nullptr;  // where they are
+  int32_t bs_ = 0;
+  int32_t ps_ = 1;
+  int64_t rows_ = 0;
   Buffer workspace_;        // eager split workspace, grown on demand
   Buffer graph_workspace_;  // decode graphs: fixed, sized by init_decode_graph_state
   bool graph_ = false;      // the current plan was staged for a decode graph

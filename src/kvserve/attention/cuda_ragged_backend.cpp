@@ -12,22 +12,23 @@
 // An fp8 pool is widened by the gather into bf16 rows (times the layer's scales): the varlen
 // kernel never sees fp8.
 //
-// init_forward_metadata builds the store slots, the gather lists and the cumulative query and key
-// lengths on the host once per forward and uploads them in one copy.
+// init_forward_metadata uploads the store slots, the rows and the cumulative query and key lengths
+// (O(batch) integers, plus an extend's prefix slots for the req_to_token mirror) in one copy,
+// writes the forward's rows into the mirror and builds the gather lists from it on the device.
 #include <algorithm>
+#include <span>
 
 #include "kvserve/attention/cuda_backends.h"
 #include "kvserve/attention/device_metadata.h"
-#include "kvserve/mem/page_table.h"
 #include "kvserve/platform/ops/varlen_attention.h"
 
 namespace kvserve::attention {
 namespace {
 
-// Offsets (in int32 elements) of one kind of attention's metadata inside the device buffer.
+// One kind of attention's gather list: slots built on the device from the req_to_token mirror
+// (page size 1 through ops::build_kv_indices), its indptr the cumulative key lengths.
 struct GatherSet {
-  int64_t slots = 0;  // [total_kv] pool slots, request-major
-  int64_t cu_kv = 0;  // [batch + 1]
+  KvIndexSet slots;
   int64_t total_kv = 0;
 };
 
@@ -39,10 +40,13 @@ class CudaRaggedBackend final : public AttentionBackend {
 
   void init_forward_metadata(const model::ForwardBatch& batch) override {
     meta_.clear();
+    mem::DeviceReqToToken* mirror = batch.req_to_token_device;
+    KV_CHECK(mirror != nullptr, "cuda-ragged reads the batch's req_to_token mirror");
     const int32_t bs = batch.batch_size();
-    const int32_t ps = batch.kv_pool->config().page_size;
     loc_ = meta_.append(batch.out_cache_loc);
     encoder_loc_ = meta_.append(batch.encoder_out_cache_loc);
+    const int64_t rows = meta_.append(batch.req_pool_indices);
+    const MirrorWrite write = plan_mirror_write(batch, meta_, rows, loc_, MirrorWriteMode::kAll);
     std::vector<int32_t>& host = meta_.host();
     cu_q_ = meta_.size();
     host.push_back(0);
@@ -53,14 +57,26 @@ class CudaRaggedBackend final : public AttentionBackend {
     }
     KV_CHECK_EQ(host.back(), batch.num_tokens(), "extend_lens must cover the batch's tokens");
 
-    std::vector<mem::KvRange> self(bs), cross(bs);
+    std::vector<int32_t> self_starts(bs), self_lens(bs), cross_lens(bs);
     for (int32_t b = 0; b < bs; ++b) {
-      self[b] = {batch.req_pool_indices[b], batch.kv_start(b), batch.seq_lens[b]};
-      cross[b] = {batch.req_pool_indices[b], 0, batch.encoder_len(b)};
+      self_starts[b] = batch.kv_start(b);
+      self_lens[b] = batch.seq_lens[b];
+      cross_lens[b] = batch.encoder_len(b);
     }
-    self_ = add_ranges(batch, self, ps);
-    cross_ = add_ranges(batch, cross, ps);
+    int64_t index_size = 0;
+    self_ = add_ranges(self_starts, self_lens, &index_size);
+    cross_ = add_ranges({}, cross_lens, &index_size);
     meta_.upload();
+
+    // Device work before the first layer: the mirror write, then the gather lists from it.
+    const int32_t* meta = meta_.device();
+    write_mirror(platform_, *mirror, write, meta);
+    reserve(index_, static_cast<size_t>(index_size) * sizeof(int32_t), "slot list");
+    for (const GatherSet* g : {&self_, &cross_}) {
+      if (g->total_kv == 0) continue;
+      build_kv_indices(platform_, *mirror, g->slots, bs, /*page_size=*/1, meta, rows,
+                       index_.data_as<int32_t>());
+    }
   }
 
   void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
@@ -73,13 +89,11 @@ class CudaRaggedBackend final : public AttentionBackend {
   }
 
  private:
-  GatherSet add_ranges(const model::ForwardBatch& batch, const std::vector<mem::KvRange>& ranges,
-                       int32_t ps) {
-    mem::build_kv_indices(*batch.req_to_token, ranges, mem::IndexUnit::kToken, ps, indices_);
+  GatherSet add_ranges(std::span<const int32_t> starts, std::span<const int32_t> lens,
+                       int64_t* index_size) {
     GatherSet g;
-    g.total_kv = indices_.total_kv();
-    g.slots = meta_.append(indices_.indices);
-    g.cu_kv = meta_.append(indices_.indptr);
+    g.slots = plan_kv_indices(meta_, starts, lens, /*page_size=*/1, index_size, indptr_);
+    g.total_kv = g.slots.entries;
     return g;
   }
 
@@ -120,7 +134,7 @@ class CudaRaggedBackend final : public AttentionBackend {
     const TensorView kc = pool.k_buffer(layer.layer_id);
     ops::gather_kv(platform_, {.k_cache = kc.data(),
                                .v_cache = pool.v_buffer(layer.layer_id).data(),
-                               .slots = meta + g.slots,
+                               .slots = index_.data_as<const int32_t>() + g.slots.out,
                                .k_out = k_gathered_.data(),
                                .v_out = v_gathered_.data(),
                                .dtype = io.dtype,
@@ -135,7 +149,7 @@ class CudaRaggedBackend final : public AttentionBackend {
                                       .v = v_gathered_.data(),
                                       .out = io.out,
                                       .cu_q = meta + cu_q_,
-                                      .cu_kv = meta + g.cu_kv,
+                                      .cu_kv = meta + g.slots.indptr,
                                       .dtype = io.dtype,
                                       .num_seqs = batch.batch_size(),
                                       .max_q_len = max_q_len_,
@@ -152,7 +166,8 @@ class CudaRaggedBackend final : public AttentionBackend {
 
   platform::Platform& platform_;
   DeviceMetadata meta_;
-  mem::KvIndices indices_;
+  std::vector<int32_t> indptr_;
+  Buffer index_;  // the gather lists, built on the device, grown on demand
   Buffer k_gathered_;
   Buffer v_gathered_;
   int64_t loc_ = 0;

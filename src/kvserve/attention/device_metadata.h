@@ -16,6 +16,7 @@
 
 #include "kvserve/attention/backend.h"
 #include "kvserve/core/tensor.h"
+#include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::attention {
@@ -50,6 +51,56 @@ class DeviceMetadata {
   Buffer buffer_;
   const int32_t* device_ = nullptr;
 };
+
+// One forward's write into the device mirror of req_to_token (mem/device_req_to_token.h): the
+// offsets, inside a DeviceMetadata, of its ops::WriteReqToTokenParams arrays. Request b writes
+// [prefix | new] into its row: new slots (its out_cache_loc segment, already on the device) from
+// position kv_start + seq_len - extend_len; for an extend, the prefix is the host row's
+// [0, that position) (the encoder region and any cached prefix: rewritten every time, so the
+// mirror never depends on history); for a decode step, only what the host rewrote below it since
+// the last forward (ReqToTokenPool::take_written), usually nothing.
+enum class MirrorWriteMode {
+  kAll,         // eager forwards
+  kNewOnly,     // what a decode graph captures: fixed O(batch) integers, no prefixes
+  kPrefixOnly,  // a decode graph's eager prologue: the host rewrites, no new slots
+};
+struct MirrorWrite {
+  int32_t batch = 0;  // 0: nothing to write
+  int64_t rows = 0;
+  int64_t prefix_indptr = -1;  // -1: no prefixes
+  int64_t prefix_start = 0;
+  int64_t prefix_slots = 0;
+  int64_t new_indptr = 0;
+  int64_t new_start = 0;
+  int64_t new_slots = 0;
+};
+// Appends the write's integers to `meta`; `rows` and `loc` are the offsets of the batch's
+// req_pool_indices and out_cache_loc already in it. kAll and kPrefixOnly take the rows' written
+// ranges from the host pool. Host work only.
+MirrorWrite plan_mirror_write(const model::ForwardBatch& batch, DeviceMetadata& meta, int64_t rows,
+                              int64_t loc, MirrorWriteMode mode);
+// Queues the write on the platform's current stream; `meta` is meta.device() once uploaded/staged.
+void write_mirror(platform::Platform& platform, mem::DeviceReqToToken& mirror,
+                  const MirrorWrite& write, const int32_t* meta);
+
+// One set of ranges of the mirror's rows (self-attention: [kv_start, kv_start + seq_len); cross:
+// [0, encoder_len)) and where its page ids / slots go: ops::build_kv_indices's arrays in a
+// DeviceMetadata, the output at an offset of the backend's device index buffer.
+struct KvIndexSet {
+  int64_t starts = -1;  // [batch] first positions; -1: all 0
+  int64_t indptr = 0;   // [batch + 1] entries per request, prefix sums (host-computed)
+  int64_t out = 0;      // offset of the entries in the index buffer
+  int64_t entries = 0;  // indptr[batch]
+};
+// Appends indptr for `lens` (ceil(len / page_size) entries each) and `starts` (when not empty),
+// and reserves `entries` at `*out_size` (advanced). `indptr` receives the host copy.
+KvIndexSet plan_kv_indices(DeviceMetadata& meta, std::span<const int32_t> starts,
+                           std::span<const int32_t> lens, int32_t page_size, int64_t* out_size,
+                           std::vector<int32_t>& indptr);
+// Queues ops::build_kv_indices of `set` over the mirror rows at meta[rows] into out.
+void build_kv_indices(platform::Platform& platform, const mem::DeviceReqToToken& mirror,
+                      const KvIndexSet& set, int32_t batch, int32_t page_size, const int32_t* meta,
+                      int64_t rows, int32_t* out);
 
 // Stores the layer's new K/V (self-attention: at batch.out_cache_loc, whose device copy is `loc`;
 // cross-attention K/V computed in this forward: at batch.encoder_out_cache_loc, `encoder_loc`).

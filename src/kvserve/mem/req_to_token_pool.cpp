@@ -1,7 +1,9 @@
 #include "kvserve/mem/req_to_token_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 namespace kvserve::mem {
 
@@ -17,6 +19,7 @@ ReqToTokenPool::ReqToTokenPool(int32_t size, int32_t max_context_len)
   table_.reset(static_cast<int32_t*>(std::calloc(n, sizeof(int32_t))));
   if (!table_) throw std::bad_alloc();
   allocated_.resize(size + 1);
+  written_.resize(size + 1);
   clear();
 }
 
@@ -65,6 +68,16 @@ void ReqToTokenPool::write(int32_t row, int32_t start, std::span<const int32_t> 
            "write [{}, {}) past max_context_len {}", start, start + slots.size(), max_context_len_);
   std::copy(slots.begin(), slots.end(),
             table_.get() + static_cast<size_t>(row) * max_context_len_ + start);
+  if (slots.empty()) return;
+  const auto end = static_cast<int32_t>(start + static_cast<int64_t>(slots.size()));
+  WrittenRange& w = written_[row];
+  w = w.empty() ? WrittenRange{start, end}
+                : WrittenRange{std::min(w.begin, start), std::max(w.end, end)};
+}
+
+ReqToTokenPool::WrittenRange ReqToTokenPool::take_written(int32_t row) {
+  KV_CHECK(row >= 0 && row <= size_, "row {} outside 0..{}", row, size_);
+  return std::exchange(written_[row], WrittenRange{});
 }
 
 void ReqToTokenPool::write_one(int32_t row, int32_t pos, int32_t slot) {

@@ -3,8 +3,10 @@
 // req_to_token[row][pos] is the KV slot holding position `pos` of the request living in `row`.
 // The table is token-granular whatever the page size: pages only change how slots are handed out
 // and how attention backends turn a row into a page table. Row 0 is the padding row: padded batch
-// entries read it, so it is never handed out. Host metadata only; device backends upload what
-// they need once per batch.
+// entries read it, so it is never handed out. Host metadata only, and authoritative: the scheduler
+// and the prefix cache read rows here. Device platforms keep a mirror of the table in device memory
+// (device_req_to_token.h) that forwards write and attention kernels read; take_written tells the
+// mirror which positions the host rewrote outside a forward.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,17 @@ class ReqToTokenPool {
   // The whole table, [size + 1, max_context_len], row-major.
   const int32_t* data() const { return table_.get(); }
 
+  // Positions [begin, end) of a row written since the last take_written of that row (empty:
+  // begin == end). A forward's mirror write takes its rows' ranges: an extend rewrites its whole
+  // prefix anyway, a decode step also rewrites what the host changed below its new position
+  // (cache_unfinished_req pointing a row at the tree's slots, for instance).
+  struct WrittenRange {
+    int32_t begin = 0;
+    int32_t end = 0;
+    bool empty() const { return begin >= end; }
+  };
+  WrittenRange take_written(int32_t row);
+
   // Every row free again (contents are left as they are: rows are rewritten before use).
   void clear();
   // The allocated rows, for the invariant checker.
@@ -57,6 +70,7 @@ class ReqToTokenPool {
   std::unique_ptr<int32_t, FreeDeleter> table_;
   std::vector<int32_t> free_rows_;  // stack; row 1 is on top after clear()
   std::vector<uint8_t> allocated_;
+  std::vector<WrittenRange> written_;  // [size + 1], for take_written
 };
 
 }  // namespace kvserve::mem

@@ -394,6 +394,7 @@ void CausalLM::forward_static(const ForwardBatch& batch, attention::AttentionBac
                               const int32_t* device_ints) {
   KV_CHECK(static_ws_ != nullptr, "reserve_static_workspace first");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  backend.launch_decode_graph_metadata();
   run(batch, backend, *static_ws_, batch_ints_at(batch, device_ints), nullptr);
   ops::argmax_rows(platform_, static_ws_->logits.data_as<float>(), rows, config_.vocab_size,
                    static_ws_->greedy.data_as<int32_t>());

@@ -69,7 +69,7 @@ DecodeGraphRunner::~DecodeGraphRunner() {
 Result<std::unique_ptr<DecodeGraphRunner>> DecodeGraphRunner::create(
     platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
     attention::AttentionBackend& backend, const mem::ReqToTokenPool& req_to_token,
-    mem::MHATokenToKVPool& kv_pool, int32_t max_bs) {
+    mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool, int32_t max_bs) {
   if (platform.device().is_cpu()) {
     return make_status(StatusCode::kUnimplemented, "the CPU platform has no graphs");
   }
@@ -81,11 +81,12 @@ Result<std::unique_ptr<DecodeGraphRunner>> DecodeGraphRunner::create(
     return invalid_argument("decode graphs are captured on a created stream, not the default one");
   }
   std::unique_ptr<DecodeGraphRunner> r(new DecodeGraphRunner(platform, stream, model, backend));
-  KV_RETURN_IF_ERROR(r->capture_all(req_to_token, kv_pool, max_bs));
+  KV_RETURN_IF_ERROR(r->capture_all(req_to_token, req_to_token_device, kv_pool, max_bs));
   return r;
 }
 
 Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
+                                      mem::DeviceReqToToken* req_to_token_device,
                                       mem::MHATokenToKVPool& kv_pool, int32_t max_bs) {
   const auto start = std::chrono::steady_clock::now();
   platform_.synchronize();
@@ -122,6 +123,7 @@ Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
   ForwardBatch empty;
   empty.mode = ForwardMode::kDecode;
   empty.req_to_token = &req_to_token;
+  empty.req_to_token_device = req_to_token_device;
   empty.kv_pool = &kv_pool;
   for (size_t i = sizes_.size(); i-- > 0;) {
     const ForwardBatch dummy = pad_decode_batch(empty, sizes_[i]);

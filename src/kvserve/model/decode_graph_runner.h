@@ -4,16 +4,19 @@
 // At startup, once the KV pool exists, it captures one forward per batch-size bucket
 // (decode_graph_batch_sizes: 1, 2, 4, 8, 16, 24, 32, ... up to --cuda-graph-max-bs), largest
 // first. A capture records CausalLM::forward_static on the model runner's stream: the model's
-// static workspace, the attention backend's plan (staged into this runner's fixed buffer) and its
-// split workspace, the logits and their argmax for every row; every address is fixed for the
-// runner's life and the split decisions are fixed per bucket.
+// static workspace, the attention backend's plan (staged into this runner's fixed buffer), the
+// device work it does from the plan (cuda-paged: the new slots into the req_to_token mirror and the
+// page lists built from it, AttentionBackend::launch_decode_graph_metadata) and its split
+// workspace, the logits and their argmax for every row; every address is fixed for the runner's
+// life and the split decisions are fixed per bucket.
 //
 // A decode batch of bs requests (bs <= the largest bucket) is padded to the smallest bucket >= bs
 // (pad_decode_batch: pad entries read row 0 with seq_len 1, position 0 and token 0, and write slot
 // 0; row 0 and slot 0 are never handed out). Its integers (input ids, positions, logits rows, then
-// the backend's plan: store slots, page lists) are packed into one pinned host staging buffer and
-// sent with one copy, the bucket's graph is replayed, and the real rows' argmax (or logits) come
-// back. Pad rows' outputs are ignored. Everything else runs eagerly: extends, larger batches,
+// the backend's plan: store slots, rows, lengths, O(batch) in all) are packed into one pinned host
+// staging buffer and sent with one copy, the bucket's graph is replayed, and the real rows' argmax
+// (or logits) come back. Pad rows' outputs are ignored. Everything else runs eagerly: extends,
+// larger batches,
 // --disable-cuda-graph, the CPU, and backends without decode graphs (cuda-ragged).
 #pragma once
 
@@ -58,7 +61,7 @@ class DecodeGraphRunner {
   static Result<std::unique_ptr<DecodeGraphRunner>> create(
       platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
       attention::AttentionBackend& backend, const mem::ReqToTokenPool& req_to_token,
-      mem::MHATokenToKVPool& kv_pool, int32_t max_bs);
+      mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool, int32_t max_bs);
   ~DecodeGraphRunner();
   DecodeGraphRunner(const DecodeGraphRunner&) = delete;
   DecodeGraphRunner& operator=(const DecodeGraphRunner&) = delete;
@@ -81,7 +84,8 @@ class DecodeGraphRunner {
  private:
   DecodeGraphRunner(platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
                     attention::AttentionBackend& backend);
-  Status capture_all(const mem::ReqToTokenPool& req_to_token, mem::MHATokenToKVPool& kv_pool,
+  Status capture_all(const mem::ReqToTokenPool& req_to_token,
+                     mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool,
                      int32_t max_bs);
   // Packs the padded batch's integers and the backend's plan into the staging buffer and queues
   // their one copy to the device buffer.

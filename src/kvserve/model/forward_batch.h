@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/platform/platform.h"
@@ -46,6 +47,9 @@ struct ForwardBatch {
 
   const mem::ReqToTokenPool* req_to_token = nullptr;
   mem::MHATokenToKVPool* kv_pool = nullptr;
+  // Device platforms: the mirror of *req_to_token that device attention backends write this
+  // forward's rows into and build their page / slot lists from (device_req_to_token.h).
+  mem::DeviceReqToToken* req_to_token_device = nullptr;
 
   int32_t batch_size() const { return static_cast<int32_t>(seq_lens.size()); }
   int32_t num_tokens() const { return static_cast<int32_t>(input_ids.size()); }

@@ -129,6 +129,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
                        : on_cpu                   ? kCpuDefaultMaxRunning
                                                   : kGpuDefaultMaxRunning;
   r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(rows, r->context_len_ + kContextSlack);
+  if (!on_cpu) {
+    // The device attention backends read rows through this mirror (device_req_to_token.h).
+    KV_ASSIGN_OR_RETURN(r->req_to_token_device_,
+                        mem::DeviceReqToToken::create(*r->platform_, *r->req_to_token_));
+  }
 
   if (!on_cpu && !o.disable_cuda_graph) {
     if (!r->backend_->supports_decode_graphs()) {
@@ -136,9 +141,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
                   r->backend_->name());
     } else {
       const int32_t max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : kDefaultCudaGraphMaxBs;
-      auto graphs =
-          DecodeGraphRunner::create(*r->platform_, r->stream_->handle(), *r->model_, *r->backend_,
-                                    *r->req_to_token_, *r->kv_pool_, max_bs);
+      auto graphs = DecodeGraphRunner::create(*r->platform_, r->stream_->handle(), *r->model_,
+                                              *r->backend_, *r->req_to_token_,
+                                              r->req_to_token_device_.get(), *r->kv_pool_, max_bs);
       if (!graphs.is_ok()) {
         return make_status(graphs.status().code(), "{} (--disable-cuda-graph runs without graphs)",
                            graphs.status().message());
@@ -152,6 +157,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
 
 void ModelRunner::prepare(ForwardBatch& batch) {
   batch.req_to_token = req_to_token_.get();
+  batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
   backend_->init_forward_metadata(batch);
 }
@@ -159,6 +165,7 @@ void ModelRunner::prepare(ForwardBatch& batch) {
 bool ModelRunner::use_graph(ForwardBatch& batch) {
   if (graphs_ == nullptr || !graphs_enabled_ || !graphs_->can_run(batch)) return false;
   batch.req_to_token = req_to_token_.get();
+  batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
   return true;
 }

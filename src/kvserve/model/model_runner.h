@@ -3,10 +3,11 @@
 // create() reserves the device memory pool (device platforms; platform/device_pool.h), reads the
 // checkpoint directory (config.json, safetensors), loads the weights into the pool, sizes the KV
 // pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights: of the
-// device pool on a GPU), and creates the request-to-token table, the slot allocator and the
-// attention backend; on a device platform it runs everything on a stream of its own and, unless
-// --disable-cuda-graph, captures the decode graphs (decode_graph_runner.h) once the pools exist.
-// The prefix cache belongs to whoever schedules (it is created on top of these pools).
+// device pool on a GPU), and creates the request-to-token table (and its device mirror on a device
+// platform), the slot allocator and the attention backend; on a device platform it runs
+// everything on a stream of its own and, unless --disable-cuda-graph, captures the decode graphs
+// (decode_graph_runner.h) once the pools exist. The prefix cache belongs to whoever schedules (it
+// is created on top of these pools).
 #pragma once
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "kvserve/attention/backend.h"
 #include "kvserve/mem/allocator.h"
+#include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/causal_lm.h"
@@ -54,6 +56,8 @@ class ModelRunner {
   const ModelConfig& config() const { return model_->config(); }
   platform::Platform& platform() { return *platform_; }
   mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
+  // Device platforms: the req_to_token mirror the device backends read (null on the CPU).
+  mem::DeviceReqToToken* req_to_token_device() { return req_to_token_device_.get(); }
   mem::BaseTokenToKVPoolAllocator& allocator() { return *allocator_; }
   mem::MHATokenToKVPool& kv_pool() { return *kv_pool_; }
   attention::AttentionBackend& backend() { return *backend_; }
@@ -90,6 +94,7 @@ class ModelRunner {
   std::unique_ptr<platform::Stream> stream_;
   std::unique_ptr<CausalLM> model_;
   std::unique_ptr<mem::ReqToTokenPool> req_to_token_;
+  std::unique_ptr<mem::DeviceReqToToken> req_to_token_device_;
   std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;
   std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;
   std::unique_ptr<attention::AttentionBackend> backend_;

@@ -69,6 +69,11 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
   r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(
       o.max_running_requests, static_cast<int32_t>(row_len) + kContextSlack);
   r->cache_ = std::make_unique<mem::ChunkCache>(*r->req_to_token_, *r->allocator_);
+  if (!r->platform_->device().is_cpu()) {
+    // The device attention backends read rows, encoder region included, through this mirror.
+    KV_ASSIGN_OR_RETURN(r->req_to_token_device_,
+                        mem::DeviceReqToToken::create(*r->platform_, *r->req_to_token_));
+  }
   return r;
 }
 
@@ -79,6 +84,7 @@ int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
 void WhisperRunner::forward(ForwardBatch& batch, std::vector<float>& logits,
                             const void* encoder_hidden) {
   batch.req_to_token = req_to_token_.get();
+  batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
   backend_->init_forward_metadata(batch);
   model_->forward(batch, *backend_, logits, encoder_hidden);

@@ -16,6 +16,7 @@
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/allocator.h"
 #include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
@@ -75,6 +76,7 @@ class WhisperRunner {
   std::unique_ptr<platform::Platform> platform_;
   std::unique_ptr<WhisperModel> model_;
   std::unique_ptr<mem::ReqToTokenPool> req_to_token_;
+  std::unique_ptr<mem::DeviceReqToToken> req_to_token_device_;  // device platforms only
   std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;
   std::unique_ptr<mem::ChunkCache> cache_;
   std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;

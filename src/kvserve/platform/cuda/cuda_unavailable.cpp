@@ -33,6 +33,14 @@ void paged_prefill(const ops::PagedPrefillParams& /*params*/, StreamHandle /*str
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
+void write_req_to_token(const ops::WriteReqToTokenParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void build_kv_indices(const ops::BuildKvIndicesParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
 void embedding(const ops::EmbeddingParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }

@@ -9,6 +9,7 @@
 #include "kvserve/platform/ops/layer_ops_params.h"
 #include "kvserve/platform/ops/paged_decode_params.h"
 #include "kvserve/platform/ops/paged_prefill_params.h"
+#include "kvserve/platform/ops/req_to_token_params.h"
 #include "kvserve/platform/ops/varlen_attention_params.h"
 #include "kvserve/platform/ops/whisper_ops_params.h"
 
@@ -20,6 +21,10 @@ void paged_decode(const ops::PagedDecodeParams& params, StreamHandle stream);
 void paged_prefill(const ops::PagedPrefillParams& params, StreamHandle stream);
 // Streaming multiprocessors of the current device (for split decisions).
 int multiprocessor_count();
+
+// The device mirror of req_to_token (req_to_token.cu): one block per request.
+void write_req_to_token(const ops::WriteReqToTokenParams& params, StreamHandle stream);
+void build_kv_indices(const ops::BuildKvIndicesParams& params, StreamHandle stream);
 
 // Decoder-layer ops (layer_ops.cu), bf16 or f32 activations, f32 arithmetic.
 void embedding(const ops::EmbeddingParams& params, StreamHandle stream);

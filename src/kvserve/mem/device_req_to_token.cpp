@@ -1,0 +1,26 @@
+#include "kvserve/mem/device_req_to_token.h"
+
+#include "kvserve/core/check.h"
+
+namespace kvserve::mem {
+
+Result<std::unique_ptr<DeviceReqToToken>> DeviceReqToToken::create(platform::Platform& platform,
+                                                                   ReqToTokenPool& host) {
+  const size_t bytes = static_cast<size_t>(host.size() + 1) *
+                       static_cast<size_t>(host.max_context_len()) * sizeof(int32_t);
+  KV_ASSIGN_OR_RETURN(Buffer buffer, platform.allocate_buffer(bytes));
+  platform.memset(buffer.data(), 0, bytes);
+  return std::unique_ptr<DeviceReqToToken>(new DeviceReqToToken(platform, host, std::move(buffer)));
+}
+
+std::vector<int32_t> DeviceReqToToken::read_row(int32_t row, int32_t len) const {
+  KV_CHECK(row >= 0 && row < rows() && len >= 0 && len <= stride(), "row {} [0, {})", row, len);
+  std::vector<int32_t> out(static_cast<size_t>(len));
+  if (len == 0) return out;
+  platform_.copy(out.data(), data() + static_cast<int64_t>(row) * stride(),
+                 out.size() * sizeof(int32_t), platform::CopyKind::kDeviceToHost);
+  platform_.synchronize();
+  return out;
+}
+
+}  // namespace kvserve::mem
