@@ -18,6 +18,7 @@
 #include "kvserve/engine/penalties.h"
 #include "kvserve/engine/sampler.h"
 #include "kvserve/model/model_runner.h"
+#include "kvserve/platform/ops/sampling.h"
 #include "kvserve/platform/platform.h"
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
