@@ -250,8 +250,10 @@ TEST_F(SamplingGpuTest, SeededRowIgnoresItsBatch) {
 TEST_F(SamplingGpuTest, DrawFrequenciesFollowTheKeptDistribution) {
   const int64_t vocab = 32000;
   std::vector<float> row = random_logits(vocab);
-  for (int i = 0; i < 30; ++i)  // a head of plausible tokens over a long tail
-    row[rng_() % vocab] += 9.0f;
+  // A head of 30 comparable tokens over a long tail, so top-p 0.9 keeps a score of them.
+  std::normal_distribution<float> head(12.0f, 0.7f);
+  for (int i = 0; i < 30; ++i)
+    row[rng_() % vocab] = head(rng_);
   SampleRowParams p;
   p.temperature = 0.8f;
   p.top_k = 40;

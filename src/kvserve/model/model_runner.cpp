@@ -206,6 +206,10 @@ void ModelRunner::forward_sample(ForwardBatch& batch, const SamplingInputs& samp
     ops::sample_rows(*platform_, params);
     return;
   }
+  if (rows == 0) {  // a prefill of intermediate chunks only: nothing to sample
+    forward(batch, host_logits_);
+    return;
+  }
   if (use_graph(batch)) {
     graphs_->replay_queued(batch);
     params.logits = model_->static_logits();
