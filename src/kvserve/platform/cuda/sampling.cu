@@ -1,5 +1,5 @@
 // Token sampling on the device (ops::sample_rows; the semantics are in ops/sampling_params.h and
-// the CPU implementation in ops/sampling.cpp is the reference). One CTA of 1024 threads per row,
+// the CPU implementation in ops/sampling.cpp is the reference). One CTA of 512 threads per row,
 // the row read from global memory (L2) a few times, no sort:
 //   - penalties: one thread per penalty entry rewrites its logit in place;
 //   - max and argmax (lowest id on ties): one block reduction; a greedy row stops here;
@@ -29,8 +29,12 @@ cudaStream_t as_cuda(StreamHandle s) {
   return static_cast<cudaStream_t>(s.ptr);
 }
 
-constexpr int kThreads = 1024;
+// 512 threads leave 128 registers per thread (1024 would spill); a row of 128k logits is 250
+// per thread per pass.
+constexpr int kThreads = 512;
 constexpr int kMaxBins = 2048;  // the first two radix rounds take 11 bits, the last 10
+constexpr int kPerThread = kMaxBins / kThreads;
+static_assert(kMaxBins % kThreads == 0);
 
 using BlockReduceF = cub::BlockReduce<float, kThreads>;
 using BlockReduceD = cub::BlockReduce<double, kThreads>;
@@ -126,26 +130,32 @@ __device__ uint32_t select_boundary(const float* x, int vocab, double target, co
       if (w > 0) atomicAdd(&s.hist[(key >> shift) & (bins - 1)], w);
     }
     __syncthreads();
-    // Thread t owns the bins at descending positions 2t and 2t + 1.
-    const int b0 = bins - 1 - 2 * static_cast<int>(threadIdx.x);
-    const double h0 = b0 >= 0 ? s.hist[b0] : 0.0;
-    const double h1 = b0 >= 1 ? s.hist[b0 - 1] : 0.0;
+    // Thread t owns the kPerThread bins at descending positions kPerThread * t + j.
+    double h[kPerThread];
+    double local = 0;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int bin = bins - 1 - (kPerThread * static_cast<int>(threadIdx.x) + j);
+      h[j] = bin >= 0 ? s.hist[bin] : 0.0;
+      local += h[j];
+    }
     double before = 0;
     double total = 0;
-    BlockScanD(s.cub.sd).ExclusiveSum(h0 + h1, before, total);
+    BlockScanD(s.cub.sd).ExclusiveSum(local, before, total);
     __syncthreads();
     // Rounding (mass sums in another order) may leave target outside (above, above + total].
-    const double t = fmin(fmax(target, above + 0.0), above + total);
+    const double t = fmin(fmax(target, above), above + total);
     // First non-empty bin (from the top) whose inclusive weight reaches t; else the last one.
     int first = INT_MAX;
     int last = -1;
-    if (h0 > 0) {
-      if (above + before + h0 >= t) first = 2 * threadIdx.x;
-      last = 2 * threadIdx.x;
-    }
-    if (h1 > 0) {
-      if (first == INT_MAX && above + before + h0 + h1 >= t) first = 2 * threadIdx.x + 1;
-      last = 2 * threadIdx.x + 1;
+    double acc = above + before;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      if (h[j] > 0) {
+        if (first == INT_MAX && acc + h[j] >= t) first = kPerThread * threadIdx.x + j;
+        last = kPerThread * threadIdx.x + j;
+      }
+      acc += h[j];
     }
     const int first_all = BlockReduceI(s.cub.ri).Reduce(first, MinOp{});
     __syncthreads();
@@ -153,9 +163,14 @@ __device__ uint32_t select_boundary(const float* x, int vocab, double target, co
     if (threadIdx.x == 0) s.i0 = first_all != INT_MAX ? first_all : last_all;
     __syncthreads();
     const int pos = s.i0;
-    if (pos >= 0 && static_cast<int>(threadIdx.x) == pos / 2) {
-      s.d0 = above + before + (pos % 2 == 1 ? h0 : 0.0);
-      s.d1 = pos % 2 == 1 ? h1 : h0;
+    if (pos >= 0 && static_cast<int>(threadIdx.x) == pos / kPerThread) {
+      double above_bin = above + before;
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        if (j < pos % kPerThread) above_bin += h[j];
+        if (j == pos % kPerThread) s.d1 = h[j];
+      }
+      s.d0 = above_bin;
     }
     __syncthreads();
     if (pos < 0) {  // nothing has weight: cannot happen (the top token always does)
