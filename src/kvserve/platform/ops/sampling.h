@@ -11,7 +11,7 @@
 
 namespace kvserve::ops {
 
-// Checks the shapes and row parameters (KV_CHECK: the engine validated them) on the CPU; queues the
+// Checks the shapes (KV_CHECK: callers size them), then runs the CPU implementation, or queues the
 // kernel on `stream` on CUDA (row parameters are then in device memory and are not read here).
 void sample_rows(platform::Platform& p, const SampleRowsParams& params,
                  platform::StreamHandle stream = {});
