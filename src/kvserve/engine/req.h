@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvserve/engine/penalties.h"
 #include "kvserve/engine/request_stream.h"
 #include "kvserve/engine/sampling_params.h"
 #include "kvserve/mem/prefix_cache.h"
@@ -24,6 +25,9 @@ struct Req {
   uint64_t seed = 0;
   std::vector<std::string> stop_strings;
   int32_t logprob_start_len = -1;  // -1: no input logprobs
+  // With penalties: the prompt's and output's token counts, built at the first sampling and
+  // updated per generated token (so a step does not recount the prompt).
+  std::optional<PenaltyCounts> penalties;
 
   // This round: input + output tokens (truncated to the current chunk when chunked), and how many
   // of them the extend computes after the prefix.

@@ -1,10 +1,14 @@
 // Token sampling from one request's logits (host, f32).
 //
-// Order, as SGLang and vLLM apply it: penalties (repetition over prompt and output tokens,
-// frequency and presence over output tokens) -> greedy argmax, or temperature -> top-k -> top-p ->
-// min-p -> a draw. The draw uses a counter-based random stream keyed by (seed, step), so a seeded
-// request samples the same tokens whatever else is in its batch. Logprobs are those of the
-// model's distribution: log_softmax of the raw logits (before penalties and temperature).
+// The semantics are those of ops::sample_rows (platform/ops/sampling_params.h), and the host path
+// runs its CPU implementation, so host and device samplers share one definition. Order, as SGLang
+// and vLLM apply it: penalties (repetition over prompt and output tokens, frequency and presence
+// over output tokens) -> greedy argmax, or temperature -> top-k -> top-p -> min-p -> a draw. The
+// kept tokens are visited in token-id order for the draw (the same distribution as visiting them
+// by probability; the device needs no sort for it). The draw uses a counter-based random stream
+// keyed by (seed, step), so a seeded request samples the same tokens whatever else is in its
+// batch. Logprobs are those of the model's distribution: log_softmax of the raw logits (before
+// penalties and temperature).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "kvserve/engine/sampling_params.h"
+#include "kvserve/platform/ops/sampling_params.h"
 
 namespace kvserve::engine {
 
@@ -22,8 +27,15 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // params.top_logprobs_num best
 };
 
-// `step` = the number of tokens this request has generated so far. `seed` is the request's
-// seed (SamplingParams::seed, or one the engine drew for it at admission).
+// The kernel's per-row parameters for a request. `step` = the number of tokens this request has
+// generated so far; `seed` is the request's seed (SamplingParams::seed, or one the engine drew for
+// it at admission).
+ops::SampleRowParams sample_row_params(const SamplingParams& params, uint64_t seed, int64_t step);
+
+// `penalties`: the request's PenaltyCounts entries (penalties.h); ignored without penalties.
+SampledToken sample(std::span<const float> logits, const SamplingParams& params,
+                    std::span<const ops::PenaltyEntry> penalties, uint64_t seed, int64_t step);
+// The same, counting the penalty set from the token lists (O(prompt + output); tests, one-offs).
 SampledToken sample(std::span<const float> logits, const SamplingParams& params,
                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                     uint64_t seed, int64_t step);

@@ -170,7 +170,22 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
   model::ForwardBatch fb = model::make_forward_batch(
       model::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
-  timed_forward(fb);
+  // On a device, when every logits row is a sampled one (no input logprobs), the rows are sampled
+  // there and only the tokens come back. sampled_of[i]: request i's row in sampled_ (or -1).
+  std::vector<Req*> sampled_reqs;
+  std::vector<int32_t> sampled_of(batch.size(), -1);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i]->chunked) {
+      sampled_of[i] = static_cast<int32_t>(sampled_reqs.size());
+      sampled_reqs.push_back(batch[i]);
+    }
+  }
+  const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling(sampled_reqs);
+  if (on_device) {
+    timed_forward_sample(fb, sampled_reqs);
+  } else {
+    timed_forward(fb);
+  }
   const int32_t vocab = runner_.config().vocab_size;
   auto row = [&](int32_t k) {
     return std::span<const float>(logits_).subspan(size_t(k) * vocab, vocab);
@@ -190,7 +205,11 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
       cache_.cache_unfinished_req(r.kv, r.fill_ids);
       continue;
     }
-    accept_token(r, row(rows_of[i].back()));
+    if (on_device) {
+      accept_sampled(r, sampled_[static_cast<size_t>(sampled_of[i])]);
+    } else {
+      accept_token(r, row(rows_of[i].back()));
+    }
     if (r.finished()) {
       finish_and_release(r);
     } else {
@@ -279,10 +298,15 @@ void Scheduler::run_decode() {
   // When every request decodes greedily and reads nothing else from its logits, the argmax is
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
+  // Otherwise, on a device, the batch is sampled there by one launch (greedy rows are argmax rows
+  // of it), and again only the ids (and chosen-token logprobs) come back.
   const bool device_greedy = std::all_of(running_.begin(), running_.end(),
                                          [](const Req* r) { return r->sampling.device_greedy(); });
+  const bool device_sample = !device_greedy && device_sampling(running_);
   if (device_greedy) {
     timed_forward_greedy(fb);
+  } else if (device_sample) {
+    timed_forward_sample(fb, running_);
   } else {
     timed_forward(fb);
   }
@@ -295,6 +319,8 @@ void Scheduler::run_decode() {
       SampledToken t;
       t.token = greedy_tokens_[i];
       accept_sampled(r, t);
+    } else if (device_sample) {
+      accept_sampled(r, sampled_[i]);
     } else {
       accept_token(r, std::span<const float>(logits_).subspan(i * vocab, vocab));
     }
@@ -321,16 +347,60 @@ void Scheduler::timed_forward_greedy(model::ForwardBatch& batch) {
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
 }
 
+bool Scheduler::device_sampling(const std::vector<Req*>& reqs) const {
+  if (runner_.platform().device().is_cpu()) return false;
+  return std::all_of(reqs.begin(), reqs.end(), [](const Req* r) {
+    const SamplingParams& p = r->sampling;
+    return p.top_logprobs_num == 0 && !(p.return_logprob && p.has_penalties());
+  });
+}
+
+std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
+  if (!r.sampling.has_penalties()) return {};
+  if (!r.penalties) r.penalties.emplace(r.origin_input_ids, r.output_ids);
+  return r.penalties->entries();
+}
+
+void Scheduler::timed_forward_sample(model::ForwardBatch& batch, const std::vector<Req*>& reqs) {
+  const Clock::time_point start = Clock::now();
+  const double cpu_start = thread_cpu_seconds();
+  sample_rows_.clear();
+  penalty_csr_.clear();
+  bool penalties = false;
+  bool logprobs = false;
+  for (Req* r : reqs) {
+    sample_rows_.push_back(sample_row_params(r->sampling, r->seed, r->output_len()));
+    const auto entries = penalty_entries(*r);
+    penalty_csr_.add_row(entries);
+    penalties = penalties || !entries.empty();
+    logprobs = logprobs || r->sampling.return_logprob;
+  }
+  model::SamplingInputs in;
+  in.rows = sample_rows_;
+  if (penalties) {
+    in.penalty_offsets = penalty_csr_.offsets;
+    in.penalty_entries = penalty_csr_.entries;
+  }
+  runner_.forward_sample(batch, in, greedy_tokens_, logprobs ? &sampled_logprobs_ : nullptr);
+  sampled_.assign(reqs.size(), SampledToken{});
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    sampled_[i].token = greedy_tokens_[i];
+    if (logprobs) sampled_[i].logprob = sampled_logprobs_[i];
+  }
+  time_.forward_seconds += seconds(Clock::now() - start);
+  time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+}
+
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
   const Clock::time_point start = Clock::now();
-  const SampledToken t =
-      sample(logits, r.sampling, r.origin_input_ids, r.output_ids, r.seed, r.output_len());
+  const SampledToken t = sample(logits, r.sampling, penalty_entries(r), r.seed, r.output_len());
   time_.sample_seconds += seconds(Clock::now() - start);
   accept_sampled(r, t);
 }
 
 void Scheduler::accept_sampled(Req& r, const SampledToken& t) {
   r.output_ids.push_back(t.token);
+  if (r.penalties) r.penalties->add_output(t.token);
   const Clock::time_point now = Clock::now();
   if (metrics_) {
     metrics_->on_generated(1);

@@ -103,6 +103,13 @@ class Scheduler {
   void timed_forward(model::ForwardBatch& batch);  // runner_.forward into logits_, timed
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
   void timed_forward_greedy(model::ForwardBatch& batch);
+  // Device platforms: whether `reqs` (one logits row each) can sample on the device. Top
+  // logprobs, and a chosen-token logprob under penalties (the kernel penalizes the raw row in
+  // place), keep a batch on the host path.
+  bool device_sampling(const std::vector<Req*>& reqs) const;
+  // runner_.forward_sample for `reqs` (row i samples reqs[i]) into sampled_, timed as a forward.
+  void timed_forward_sample(model::ForwardBatch& batch, const std::vector<Req*>& reqs);
+  std::span<const ops::PenaltyEntry> penalty_entries(Req& r);
   void accept_token(Req& r, std::span<const float> logits);  // sample, then accept_sampled
   void accept_sampled(Req& r, const SampledToken& t);
   void check_finished(Req& r);
@@ -133,6 +140,11 @@ class Scheduler {
   SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
   std::vector<int32_t> greedy_tokens_;
+  // forward_sample's inputs and outputs, reused every step.
+  std::vector<ops::SampleRowParams> sample_rows_;
+  PenaltyCsr penalty_csr_;
+  std::vector<SampledToken> sampled_;
+  std::vector<float> sampled_logprobs_;
   StreamOutputs outbox_;
 };
 

@@ -378,6 +378,13 @@ void CausalLM::forward_greedy(const ForwardBatch& batch, attention::AttentionBac
   platform_.synchronize();
 }
 
+float* CausalLM::forward_on_device(const ForwardBatch& batch,
+                                   attention::AttentionBackend& backend) {
+  KV_CHECK(!platform_.device().is_cpu(), "forward_on_device: the CPU forward writes host logits");
+  run(batch, backend, *ws_, upload_eager(batch), nullptr);
+  return ws_->logits.data_as<float>();
+}
+
 Status CausalLM::reserve_static_workspace(int64_t max_tokens) {
   if (platform_.device().is_cpu()) {
     return make_status(StatusCode::kUnimplemented, "the CPU platform has no device-only forward");
@@ -402,6 +409,10 @@ void CausalLM::forward_static(const ForwardBatch& batch, attention::AttentionBac
 
 const float* CausalLM::static_logits() const {
   return static_ws_->logits.data_as<const float>();
+}
+
+float* CausalLM::static_logits() {
+  return static_ws_->logits.data_as<float>();
 }
 
 const int32_t* CausalLM::static_argmax() const {

@@ -42,6 +42,10 @@ class CausalLM {
   void forward_greedy(const ForwardBatch& batch, attention::AttentionBackend& backend,
                       std::vector<int32_t>& tokens);
 
+  // Device platforms: the same forward, queued only; the logits ([rows, vocab], f32) stay in the
+  // eager workspace, at the returned address, until the next forward (a sampler may rewrite them).
+  float* forward_on_device(const ForwardBatch& batch, attention::AttentionBackend& backend);
+
   // Decode graphs (model/decode_graph_runner.h), device platforms only. A second activation
   // workspace for forwards of up to `max_tokens` tokens (and as many logits rows), allocated once:
   // captured graphs keep its addresses.
@@ -53,6 +57,7 @@ class CausalLM {
   void forward_static(const ForwardBatch& batch, attention::AttentionBackend& backend,
                       const int32_t* device_ints);
   const float* static_logits() const;
+  float* static_logits();  // the sampler penalizes rows in place after a replay
   const int32_t* static_argmax() const;
 
  private:

@@ -181,14 +181,8 @@ void DecodeGraphRunner::stage(const ForwardBatch& padded) {
 
 void DecodeGraphRunner::replay(const ForwardBatch& batch, std::vector<float>* logits,
                                std::vector<int32_t>* tokens) {
-  KV_CHECK(can_run(batch), "replay: a decode batch of 1..{} requests, got {}", max_bs(),
-           batch.batch_size());
+  replay_queued(batch);
   const int32_t bs = batch.batch_size();
-  const auto i =
-      static_cast<size_t>(std::lower_bound(sizes_.begin(), sizes_.end(), bs) - sizes_.begin());
-  stage(pad_decode_batch(batch, sizes_[i]));
-  graphs_[i].replay(stream_);
-  ++replays_;
   if (tokens != nullptr) {
     tokens->resize(static_cast<size_t>(bs));
     platform_.copy(tokens->data(), model_.static_argmax(), tokens->size() * sizeof(int32_t),
@@ -200,6 +194,19 @@ void DecodeGraphRunner::replay(const ForwardBatch& batch, std::vector<float>* lo
                    platform::CopyKind::kDeviceToHost, stream_);
   }
   platform_.synchronize_stream(stream_);
+}
+
+void DecodeGraphRunner::replay_queued(const ForwardBatch& batch) {
+  KV_CHECK(can_run(batch), "replay: a decode batch of 1..{} requests, got {}", max_bs(),
+           batch.batch_size());
+  const int32_t bs = batch.batch_size();
+  const auto i =
+      static_cast<size_t>(std::lower_bound(sizes_.begin(), sizes_.end(), bs) - sizes_.begin());
+  // The staging buffer is rewritten here: the previous replay's copy from it was waited for by
+  // its caller (replay, or the sampler's copy back).
+  stage(pad_decode_batch(batch, sizes_[i]));
+  graphs_[i].replay(stream_);
+  ++replays_;
 }
 
 std::string DecodeGraphRunner::summary() const {

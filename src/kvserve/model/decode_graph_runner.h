@@ -72,6 +72,9 @@ class DecodeGraphRunner {
   // Replays the graph of the batch's bucket; `logits` ([bs, vocab], f32) and `tokens` (each row's
   // argmax, lowest id on ties), when not null, receive the real rows. Host-synchronous.
   void replay(const ForwardBatch& batch, std::vector<float>* logits, std::vector<int32_t>* tokens);
+  // The same replay, queued on the runner's stream and not waited for: the logits stay at
+  // CausalLM::static_logits() for work queued after it (the device sampler).
+  void replay_queued(const ForwardBatch& batch);
 
   const std::vector<int32_t>& batch_sizes() const { return sizes_; }
   int32_t max_bs() const { return sizes_.empty() ? 0 : sizes_.back(); }

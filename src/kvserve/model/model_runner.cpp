@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "kvserve/mem/common.h"
+#include "kvserve/platform/ops/sampling.h"
 
 namespace kvserve::model {
 namespace {
@@ -186,6 +187,84 @@ void ModelRunner::forward_greedy(ForwardBatch& batch, std::vector<int32_t>& toke
   }
   prepare(batch);
   model_->forward_greedy(batch, *backend_, tokens);
+}
+
+void ModelRunner::forward_sample(ForwardBatch& batch, const SamplingInputs& sampling,
+                                 std::vector<int32_t>& tokens, std::vector<float>* logprobs) {
+  const auto rows = static_cast<int64_t>(batch.logits_indices.size());
+  const int64_t vocab = config().vocab_size;
+  KV_CHECK(static_cast<int64_t>(sampling.rows.size()) == rows,
+           "forward_sample: {} rows of sampling parameters for {} logits rows",
+           sampling.rows.size(), rows);
+  const bool penalties = !sampling.penalty_offsets.empty();
+  KV_CHECK(!penalties || static_cast<int64_t>(sampling.penalty_offsets.size()) == rows + 1,
+           "forward_sample: {} penalty offsets for {} rows", sampling.penalty_offsets.size(), rows);
+  tokens.resize(static_cast<size_t>(rows));
+  if (logprobs != nullptr) logprobs->resize(static_cast<size_t>(rows));
+  ops::SampleRowsParams params;
+  params.rows = rows;
+  params.vocab = vocab;
+  params.ld = vocab;
+  if (platform_->device().is_cpu()) {
+    forward(batch, host_logits_);
+    params.logits = host_logits_.data();
+    params.row_params = sampling.rows.data();
+    if (penalties) {
+      params.penalty_offsets = sampling.penalty_offsets.data();
+      params.penalty_entries = sampling.penalty_entries.data();
+    }
+    params.out_tokens = tokens.data();
+    params.out_logprobs = logprobs != nullptr ? logprobs->data() : nullptr;
+    ops::sample_rows(*platform_, params);
+    return;
+  }
+  if (rows == 0) {  // a prefill of intermediate chunks only: nothing to sample
+    forward(batch, host_logits_);
+    return;
+  }
+  if (use_graph(batch)) {
+    graphs_->replay_queued(batch);
+    params.logits = model_->static_logits();
+  } else {
+    prepare(batch);
+    params.logits = model_->forward_on_device(batch, *backend_);
+  }
+  // Queued after the forward on the same stream; the host copies are staged by the driver.
+  auto to_device = [&](Buffer& buf, const void* src, size_t bytes) -> void* {
+    if (buf.bytes() < bytes) {
+      buf = Buffer();
+      auto b = platform_->allocate_buffer(std::max<size_t>(bytes * 2, 4096));
+      KV_CHECK(b.is_ok(), "forward_sample: {}", b.status().to_string());
+      buf = std::move(b).value();
+    }
+    if (src != nullptr && bytes > 0) {
+      platform_->copy(buf.data(), src, bytes, platform::CopyKind::kHostToDevice);
+    }
+    return buf.data();
+  };
+  params.row_params = static_cast<const ops::SampleRowParams*>(
+      to_device(sampling_.params, sampling.rows.data(), sampling.rows.size_bytes()));
+  if (penalties) {
+    params.penalty_offsets = static_cast<const int32_t*>(to_device(
+        sampling_.offsets, sampling.penalty_offsets.data(), sampling.penalty_offsets.size_bytes()));
+    params.penalty_entries = static_cast<const ops::PenaltyEntry*>(
+        to_device(sampling_.entries, sampling.penalty_entries.data(),
+                  std::max<size_t>(1, sampling.penalty_entries.size_bytes())));
+  }
+  params.out_tokens = static_cast<int32_t*>(
+      to_device(sampling_.tokens, nullptr, static_cast<size_t>(rows) * sizeof(int32_t)));
+  if (logprobs != nullptr) {
+    params.out_logprobs = static_cast<float*>(
+        to_device(sampling_.logprobs, nullptr, static_cast<size_t>(rows) * sizeof(float)));
+  }
+  ops::sample_rows(*platform_, params);
+  platform_->copy(tokens.data(), params.out_tokens, tokens.size() * sizeof(int32_t),
+                  platform::CopyKind::kDeviceToHost);
+  if (logprobs != nullptr) {
+    platform_->copy(logprobs->data(), params.out_logprobs, logprobs->size() * sizeof(float),
+                    platform::CopyKind::kDeviceToHost);
+  }
+  stream_->synchronize();
 }
 
 std::string ModelRunner::summary() const {

@@ -12,7 +12,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kvserve/attention/backend.h"
 #include "kvserve/mem/allocator.h"
@@ -22,6 +24,7 @@
 #include "kvserve/model/causal_lm.h"
 #include "kvserve/model/decode_graph_runner.h"
 #include "kvserve/platform/device_pool.h"
+#include "kvserve/platform/ops/sampling_params.h"
 
 namespace kvserve::model {
 
@@ -45,6 +48,13 @@ struct ModelRunnerOptions {
   // the pool has left after the weights. Tests that hold several CUDA runners at once, or share
   // the GPU with other test processes, set reserve = false or a fixed size.
   platform::DevicePoolOptions device_pool;
+};
+
+// Per-logits-row sampling inputs of forward_sample (host memory; ops/sampling_params.h).
+struct SamplingInputs {
+  std::span<const ops::SampleRowParams> rows;
+  std::span<const int32_t> penalty_offsets;  // [rows + 1], or empty: no row has penalties
+  std::span<const ops::PenaltyEntry> penalty_entries;
 };
 
 class ModelRunner {
@@ -72,6 +82,15 @@ class ModelRunner {
   // The same, keeping only each row's argmax (computed on the device).
   void forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens);
 
+  // The same forward, then ops::sample_rows over its logits rows with `sampling` (one row of
+  // parameters per logits row; greedy rows are argmax rows of the same launch). On a device the
+  // logits never leave it: the graph replay or the eager forward is followed by the sampling
+  // kernel on the runner's stream (after the replay, not inside the graph), and only the tokens
+  // (and, with `logprobs`, each chosen token's raw logprob) come back. On the CPU the logits are
+  // sampled in place on the host by the same op.
+  void forward_sample(ForwardBatch& batch, const SamplingInputs& sampling,
+                      std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr);
+
   // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
   // without them.
   const DecodeGraphRunner* decode_graphs() const { return graphs_.get(); }
@@ -98,6 +117,13 @@ class ModelRunner {
   std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;
   std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;
   std::unique_ptr<attention::AttentionBackend> backend_;
+  // forward_sample's device buffers, grown on demand: row parameters, the penalty CSR, tokens and
+  // logprobs (one allocation each, reused every step).
+  struct SamplingBuffers {
+    Buffer params, offsets, entries, tokens, logprobs;
+  };
+  SamplingBuffers sampling_;
+  std::vector<float> host_logits_;             // the CPU's forward_sample
   std::unique_ptr<DecodeGraphRunner> graphs_;  // last: destroyed first
   bool graphs_enabled_ = true;
   int32_t page_size_ = 1;

@@ -70,6 +70,10 @@ void argmax_rows(const float* /*logits*/, int64_t /*rows*/, int64_t /*vocab*/, i
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
+void sample_rows(const ops::SampleRowsParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
 void layer_norm(const ops::LayerNormParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }

@@ -10,6 +10,7 @@
 #include "kvserve/platform/ops/paged_decode_params.h"
 #include "kvserve/platform/ops/paged_prefill_params.h"
 #include "kvserve/platform/ops/req_to_token_params.h"
+#include "kvserve/platform/ops/sampling_params.h"
 #include "kvserve/platform/ops/varlen_attention_params.h"
 #include "kvserve/platform/ops/whisper_ops_params.h"
 
@@ -35,6 +36,8 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& params, StreamHandle stream);
 // Greedy sampling on the device: out[r] = argmax(logits[r, :vocab]) (lowest index on ties).
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                  StreamHandle stream);
+// Token sampling (sampling.cu): one CTA per row; penalized rows are rewritten in place.
+void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream);
 
 // Whisper's layer ops (whisper_ops.cu), f32 / f16 / bf16, f32 arithmetic. conv1d is an im2col
 // into params.workspace and a gemm (cuBLASLt) queued on the same stream.

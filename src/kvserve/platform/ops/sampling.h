@@ -1,0 +1,33 @@
+// Token sampling over rows of f32 logits (sampling_params.h states the semantics): the CUDA kernel
+// (platform/cuda/sampling.cu, one CTA per row, no sort) and the CPU implementation below, which
+// is also the engine's host sampler (engine::sample calls it), so there is one host semantics.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kvserve/platform/ops/sampling_params.h"
+#include "kvserve/platform/platform.h"
+
+namespace kvserve::ops {
+
+// Checks the shapes (KV_CHECK: callers size them), then runs the CPU implementation, or queues the
+// kernel on `stream` on CUDA (row parameters are then in device memory and are not read here).
+void sample_rows(platform::Platform& p, const SampleRowsParams& params,
+                 platform::StreamHandle stream = {});
+
+// The counter-based uniform in [0, 1) of (seed, step), shared with the device.
+double sampling_uniform01(uint64_t seed, int64_t step);
+
+namespace cpu {
+void sample_rows(const SampleRowsParams& params);
+// Step 1 of sampling_params.h: the row's penalties, in place.
+void apply_penalties(std::span<float> logits, const SampleRowParams& row,
+                     std::span<const PenaltyEntry> penalties);
+// Steps 2-4 on an already penalized row: the token.
+int32_t sample_row(std::span<const float> logits, const SampleRowParams& row);
+// log_softmax(logits)[token], in double.
+float token_logprob(std::span<const float> logits, int32_t token);
+}  // namespace cpu
+
+}  // namespace kvserve::ops
