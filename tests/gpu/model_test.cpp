@@ -5,7 +5,8 @@
 //     prefill, of an extend over a cached prefix and of decode steps, teacher-forced with the
 //     CPU's greedy tokens, for page sizes 1, 16, 64 and 128 and requests of 1, 33 and 200 tokens;
 //   * the same with an fp8 KV cache (e4m3 and e5m2) on both sides, through cuda-paged and
-//     cuda-ragged: the CPU reads the same quantised values (kv_reader), so the bf16 bounds hold;
+//     cuda-ragged, against the CPU and paged against ragged (bounds from fp8's rounding step: see
+//     the tests);
 //   * the trained demo model (models/demo-lm): greedy tokens over 32 steps equal the CPU's, except
 //     where bf16 flips a near-tie (the CPU's logprobs of both tokens within 0.05 nats).
 // Skips itself without a CUDA device.
@@ -91,13 +92,13 @@ class RandomModelSuite : public testing::TestWithParam<Param> {
 
 using RandomModelTest = RandomModelSuite<int32_t>;
 
-// Prefill, extend over the cached prefix and decode steps teacher-forced with the CPU's greedy
-// tokens: CUDA's logits against the CPU's at every stage (kv_cache_dtype on both sides).
-void logits_match_cpu(const fs::path& dir, int32_t page_size, const std::string& kv_cache_dtype,
-                      const std::string& backend, uint64_t seed) {
-  auto cpu = make_runner(dir, "cpu", page_size, kv_cache_dtype);
-  auto gpu = make_runner(dir, "cuda", page_size, kv_cache_dtype, backend);
-  const int64_t vocab = cpu->config().vocab_size;
+// Prefill, extend over the cached prefix and decode steps teacher-forced with the reference's
+// greedy tokens: the tested runner's logits against the reference runner's at every stage, within
+// `rel_l2_bound`; with `check_top1`, the confident rows' top-1 must agree too (meaningless where
+// the noise is as large as the confidence margin, as with fp8 against f32).
+void logits_match(model::ModelRunner& ref, model::ModelRunner& test, const std::string& label,
+                  double rel_l2_bound, uint64_t seed, bool check_top1 = true) {
+  const int64_t vocab = ref.config().vocab_size;
   std::cout << "[ seed     ] " << seed << std::endl;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> id(0, 20000);
@@ -108,21 +109,20 @@ void logits_match_cpu(const fs::path& dir, int32_t page_size, const std::string&
     return v;
   };
   const std::vector<int> lens = {1, 33, 200};
-  ModelSession sc(*cpu, lens.size()), sg(*gpu, lens.size());
+  ModelSession sr(ref, lens.size()), st(test, lens.size());
   auto check = [&](const char* stage, const std::vector<std::vector<int32_t>>& add, bool decode) {
-    const std::vector<float> lc = sc.logits(add, decode);
-    const std::vector<float> lg = sg.logits(add, decode);
-    const test_support::LogitsAgreement a = test_support::logits_agreement(lc, lg, vocab);
-    std::cout << "[ " << stage << " ] page " << page_size << " KV " << kv_cache_dtype << " "
-              << (backend.empty() ? "default" : backend) << ": rel L2 " << a.rel_l2
-              << ", max |diff| " << a.max_abs << ", confident top-1 " << a.confident_agree << "/"
-              << a.confident << std::endl;
-    EXPECT_LT(a.rel_l2, 0.03) << stage;
-    EXPECT_GE(a.confident_agree, a.confident - a.confident / 10) << stage;
-    return argmax_rows(lc, vocab);
+    const std::vector<float> lr = sr.logits(add, decode);
+    const std::vector<float> lt = st.logits(add, decode);
+    const test_support::LogitsAgreement a = test_support::logits_agreement(lr, lt, vocab);
+    std::cout << "[ " << stage << " ] " << label << ": rel L2 " << a.rel_l2 << ", max |diff| "
+              << a.max_abs << ", confident top-1 " << a.confident_agree << "/" << a.confident
+              << std::endl;
+    EXPECT_LT(a.rel_l2, rel_l2_bound) << stage;
+    if (check_top1) EXPECT_GE(a.confident_agree, a.confident - a.confident / 10) << stage;
+    return argmax_rows(lr, vocab);
   };
   // Prefill of the first 40%, an extend of the rest over the cached prefix, then decode steps
-  // fed with the CPU's greedy tokens.
+  // fed with the reference's greedy tokens.
   std::vector<std::vector<int32_t>> first, rest;
   for (int n : lens) {
     std::vector<int32_t> p = random_ids(n);
@@ -143,9 +143,20 @@ void logits_match_cpu(const fs::path& dir, int32_t page_size, const std::string&
   }
 }
 
+// CUDA (bf16 compute) against the CPU (f32) on one page size, KV dtype and backend.
+void logits_match_cpu(const fs::path& dir, int32_t page_size, const std::string& kv_cache_dtype,
+                      const std::string& backend, double rel_l2_bound, uint64_t seed,
+                      bool check_top1 = true) {
+  auto cpu = make_runner(dir, "cpu", page_size, kv_cache_dtype);
+  auto gpu = make_runner(dir, "cuda", page_size, kv_cache_dtype, backend);
+  const std::string label = "page " + std::to_string(page_size) + " KV " + kv_cache_dtype + " " +
+                            (backend.empty() ? "default" : backend) + " vs cpu";
+  logits_match(*cpu, *gpu, label, rel_l2_bound, seed, check_top1);
+}
+
 TEST_P(RandomModelTest, LogitsMatchCpuThroughPrefillExtendAndDecode) {
   const int32_t page_size = GetParam();
-  logits_match_cpu(*dir_, page_size, "auto", "", 1234 + page_size);
+  logits_match_cpu(*dir_, page_size, "auto", "", 0.03, 1234 + page_size);
 }
 
 INSTANTIATE_TEST_SUITE_P(PageSizes, RandomModelTest, testing::Values(1, 16, 64, 128),
@@ -153,8 +164,6 @@ INSTANTIATE_TEST_SUITE_P(PageSizes, RandomModelTest, testing::Values(1, 16, 64, 
                            return "page" + std::to_string(i.param);
                          });
 
-// fp8 KV on both sides: the CPU's f32 attention reads the same quantised bytes (scale 1 per
-// layer, as the runner sets them), so the difference is bf16 compute alone, as above.
 struct Fp8ModelCase {
   const char* kv_dtype;
   const char* backend;
@@ -163,10 +172,37 @@ struct Fp8ModelCase {
 
 using RandomModelFp8Test = RandomModelSuite<Fp8ModelCase>;
 
-TEST_P(RandomModelFp8Test, LogitsMatchCpuWithTheSameFp8Cache) {
+// fp8 KV on both sides, against the CPU. Both sides quantise their own K/V, and those differ by
+// bf16 compute (CUDA) vs f32 (CPU) before the rounding to fp8. fp8 amplifies that difference: an
+// element whose two values straddle a rounding boundary lands on neighbouring fp8 values (a step
+// of 6-12 % in e4m3, 12-25 % in e5m2), so the K/V seen by attention differ by a few % rms instead
+// of bf16's ~0.2 %. Measured on the H200 (docs/perf/2026-12-02-gpu-suites-and-benches.md):
+// logits rel L2 4.7-6.3 % (e4m3) and 7.5-10.5 % (e5m2) against bf16's 1.6-1.9 %; the bounds are
+// ~1.4x those. A kernel bug (a wrong page, a lost scale) shows as tens of %. The fp8 kernels are
+// checked tightly against float64 on the same bytes in paged_*_test's Fp8 grids.
+double fp8_bound(const std::string& kv_dtype, double e4m3, double e5m2) {
+  return kv_dtype == "fp8_e5m2" ? e5m2 : e4m3;
+}
+
+TEST_P(RandomModelFp8Test, LogitsMatchCpuWithItsOwnFp8Cache) {
   const Fp8ModelCase c = GetParam();
-  logits_match_cpu(*dir_, c.page_size, c.kv_dtype, c.backend,
-                   5678 + c.page_size + (std::string(c.backend) == "cuda-ragged" ? 1000 : 0));
+  logits_match_cpu(*dir_, c.page_size, c.kv_dtype, c.backend, fp8_bound(c.kv_dtype, 0.09, 0.15),
+                   5678 + c.page_size + (std::string(c.backend) == "cuda-ragged" ? 1000 : 0),
+                   /*check_top1=*/false);
+}
+
+// Two CUDA runners, the same fp8 kernels for the KV store, read through the two attention paths:
+// cuda-paged (in place through the page table) and cuda-ragged (gather + varlen). Layer 0's cache
+// bytes are identical; later layers differ by the attention paths' bf16 rounding, which fp8
+// amplifies as above (measured 2.0-2.8 % e4m3, 2.5-3.3 % e5m2).
+TEST_P(RandomModelFp8Test, PagedAndRaggedAgreeOnTheSameFp8Cache) {
+  const Fp8ModelCase c = GetParam();
+  if (std::string(c.backend) != "cuda-paged") GTEST_SKIP() << "one run per page size";
+  auto paged = make_runner(*dir_, "cuda", c.page_size, c.kv_dtype, "cuda-paged");
+  auto ragged = make_runner(*dir_, "cuda", c.page_size, c.kv_dtype, "cuda-ragged");
+  logits_match(*ragged, *paged,
+               "page " + std::to_string(c.page_size) + " KV " + c.kv_dtype + " paged vs ragged",
+               fp8_bound(c.kv_dtype, 0.04, 0.05), 91 + c.page_size);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvFp8, RandomModelFp8Test,

@@ -11,6 +11,7 @@
 #include "kvserve/engine/penalties.h"
 #include "kvserve/engine/sampler.h"
 #include "kvserve/platform/ops/sampling.h"
+#include "kvserve/platform/platform.h"
 #include "support/sampling_reference.h"
 
 namespace kvserve::engine {
@@ -342,6 +343,37 @@ TEST(SampleRows, CpuBatchEqualsPerRowSampling) {
       EXPECT_NEAR(logprobs[r], token_logprob(row, tokens[r]), 1e-6) << r;
     }
   }
+}
+
+// A batch where no row has penalty entries may pass its CSR offsets with a null entry array (an
+// empty vector's data()); the dispatching op accepts it and samples as with no penalties at all.
+TEST(SampleRows, OffsetsWithoutEntriesMeanNoPenalties) {
+  std::mt19937_64 rng(11);
+  const int32_t vocab = 300;
+  const int rows = 4;
+  std::vector<float> logits;
+  std::vector<ops::SampleRowParams> params;
+  for (int r = 0; r < rows; ++r) {
+    const auto row = random_logits(rng, vocab);
+    logits.insert(logits.end(), row.begin(), row.end());
+    params.push_back(random_row_params(rng, vocab));
+  }
+  auto platform = std::move(platform::create_platform(Device{}).value());
+  const std::vector<int32_t> offsets(rows + 1, 0);
+  auto run = [&](const int32_t* offs) {
+    std::vector<float> x = logits;
+    std::vector<int32_t> tokens(rows);
+    ops::sample_rows(*platform, {.logits = x.data(),
+                                 .rows = rows,
+                                 .vocab = vocab,
+                                 .ld = vocab,
+                                 .row_params = params.data(),
+                                 .penalty_offsets = offs,
+                                 .penalty_entries = nullptr,
+                                 .out_tokens = tokens.data()});
+    return tokens;
+  };
+  EXPECT_EQ(run(offsets.data()), run(nullptr));
 }
 
 }  // namespace

@@ -36,8 +36,10 @@ void sample_rows(platform::Platform& p, const SampleRowsParams& params,
   KV_CHECK(params.rows == 0 || (params.logits != nullptr && params.row_params != nullptr &&
                                 params.out_tokens != nullptr),
            "sample_rows: null logits, row params or output");
-  KV_CHECK((params.penalty_offsets == nullptr) == (params.penalty_entries == nullptr),
-           "sample_rows: penalty offsets and entries go together");
+  // Offsets without entries is a batch whose rows all have zero entries (an empty vector's
+  // data() is null); entries without offsets cannot be read.
+  KV_CHECK(params.penalty_entries == nullptr || params.penalty_offsets != nullptr,
+           "sample_rows: penalty entries without offsets");
   if (params.rows == 0) return;
   switch (p.device().kind) {
     case DeviceKind::kCpu:
@@ -143,6 +145,8 @@ void sample_rows(const SampleRowsParams& params) {
       const int32_t b = params.penalty_offsets[r];
       const int32_t e = params.penalty_offsets[r + 1];
       KV_CHECK(0 <= b && b <= e, "sample_rows: penalty offsets {}..{} of row {}", b, e, r);
+      KV_CHECK(params.penalty_entries != nullptr || b == e,
+               "sample_rows: row {} has {} penalty entries but no entry array", r, e - b);
       pen = {params.penalty_entries + b, static_cast<size_t>(e - b)};
     }
     apply_penalties(row, rp, pen);

@@ -56,11 +56,11 @@ struct SampleRowsParams {
   int64_t vocab = 0;
   int64_t ld = 0;
   const SampleRowParams* row_params = nullptr;  // [rows]
-  // Penalty entries in CSR form: row r's are entries[offsets[r] .. offsets[r + 1]). Both null when
+  // Penalty entries in CSR form: row r's are entries[offsets[r] .. offsets[r + 1]). Offsets null:
   // no row has penalties.
-  const int32_t* penalty_offsets = nullptr;  // [rows + 1]
-  const PenaltyEntry* penalty_entries = nullptr;
-  int32_t* out_tokens = nullptr;  // [rows]
+  const int32_t* penalty_offsets = nullptr;       // [rows + 1], or null: no row has penalties
+  const PenaltyEntry* penalty_entries = nullptr;  // may be null when every row has zero entries
+  int32_t* out_tokens = nullptr;                  // [rows]
   // [rows] the chosen token's raw logprob, or null: not computed. A row with penalty entries gets
   // NaN: its raw logits were rewritten in place (the engine keeps such requests on the host).
   float* out_logprobs = nullptr;
