@@ -83,7 +83,9 @@ constexpr float kBf16 = 1.0f / 128;
 
 TEST_F(LayerOpsGpuTest, RmsNormWithAndWithoutResidual) {
   for (const int64_t rows : {1, 7, 33}) {
-    for (const int64_t cols : {64, 1000, 4096}) {
+    // Widths through each kernel: 16-byte vectors with 128 threads (64, 1000), 512 threads x 1, 2
+    // and 4 vectors (4096, 8192, 12288), and the scalar kernel (1001: not a multiple of 8).
+    for (const int64_t cols : {64, 1000, 1001, 4096, 8192, 12288}) {
       std::vector<float> x, res, w;
       Tensor dx = random_bf16(x, rows * cols);
       Tensor dres = random_bf16(res, rows * cols);
@@ -137,7 +139,10 @@ TEST_F(LayerOpsGpuTest, SplitQkvRopeAndSiluAndMul) {
     int32_t heads, kv_heads, head_dim;
   };
   std::uniform_int_distribution<int32_t> pos(0, 4097);
-  for (const Shape s : {Shape{32, 8, 128}, Shape{14, 2, 64}, Shape{6, 2, 64}}) {
+  // head_dim 128, 64, 80 take the 16-byte path; 72 (not a multiple of 16) the scalar kernel;
+  // 3 x 72 gives SiLU-and-mul an inter of 108 (not a multiple of 8): its scalar kernel.
+  for (const Shape s : {Shape{32, 8, 128}, Shape{14, 2, 64}, Shape{6, 2, 64}, Shape{5, 1, 80},
+                        Shape{4, 2, 72}, Shape{3, 1, 72}}) {
     for (const int64_t n : {1, 7, 33}) {
       const int64_t qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
       std::vector<float> qkv;

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <cfloat>
+#include <cstdint>
 #include <string>
 
 #include "kvserve/platform/cuda/convert.cuh"
@@ -104,6 +105,78 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+// The bf16 fast path: 16-byte vectors of 8 elements, each thread keeping its vectors of the row
+// in registers between the sum and the scaling (one read of x and residual, one write of each).
+// Same arithmetic as rms_norm_kernel; only the order of the sum's terms differs.
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 h[4];
+};
+
+__device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) {
+  const Bf16x8 v = *reinterpret_cast<const Bf16x8*>(p);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 x = __bfloat1622float2(v.h[e]);
+    f[2 * e] = x.x;
+    f[2 * e + 1] = x.y;
+  }
+}
+
+__device__ __forceinline__ void store8(bf16* p, const float (&f)[8]) {
+  Bf16x8 v;
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    v.h[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
+  *reinterpret_cast<Bf16x8*>(p) = v;
+}
+
+// `out` may alias `x`: each thread reads its vectors before it writes them.
+template <int THREADS, int VECS>
+__global__ void __launch_bounds__(THREADS)
+    rms_norm_bf16x8_kernel(const __grid_constant__ ops::RmsNormParams p) {
+  const int64_t r = blockIdx.x;
+  const int n = static_cast<int>(p.cols / 8);
+  const bf16* x = static_cast<const bf16*>(p.x) + r * p.x_stride;
+  bf16* res = p.residual ? static_cast<bf16*>(p.residual) + r * p.cols : nullptr;
+  bf16* out = static_cast<bf16*>(p.out) + r * p.cols;
+  const bf16* w = static_cast<const bf16*>(p.weight);
+  float v[VECS][8];
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < VECS; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * THREADS;
+    if (i >= n) break;
+    load8(x + 8 * i, v[j]);
+    if (res != nullptr) {
+      float rv[8];
+      load8(res + 8 * i, rv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)  // rounded to bf16, as the scalar kernel's sum
+        v[j][e] = __bfloat162float(__float2bfloat16_rn(v[j][e] + rv[e]));
+      store8(res + 8 * i, v[j]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      sum += v[j][e] * v[j][e];
+  }
+  const float inv = rsqrtf(block_sum<THREADS>(sum) / static_cast<float>(p.cols) + p.eps);
+#pragma unroll
+  for (int j = 0; j < VECS; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * THREADS;
+    if (i >= n) break;
+    float wv[8];
+    load8(w + 8 * i, wv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      v[j][e] = v[j][e] * inv * wv[e];
+    store8(out + 8 * i, v[j]);
+  }
+}
+
+bool aligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
 // ---- rotary embedding -------------------------------------------------------------------------
 
 // The rotated value of element d (< rotary_dim) of one head; angle = position * inv_freq in f32,
@@ -169,6 +242,53 @@ __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeP
   }
 }
 
+// The bf16 fast path (rotary_dim == head_dim, head_dim a multiple of 16, at most 256): one block
+// per token; the token's cos/sin table (head_dim / 2 angles, the same f32 products and sincosf
+// as above) is computed once into shared memory, then each thread rotates 8 pairs (i, i + half)
+// of one head with two 16-byte loads and two stores, or copies 8 elements of v.
+constexpr int kRopeThreads = 256;
+
+__global__ void __launch_bounds__(kRopeThreads)
+    split_qkv_rope_bf16x8_kernel(const __grid_constant__ ops::SplitQkvRopeParams p) {
+  __shared__ float cos_t[128], sin_t[128];
+  const int64_t t = blockIdx.x;
+  const int hd = p.head_dim;
+  const int half = hd / 2;
+  const int qd = p.num_heads * hd;
+  const int kvd = p.num_kv_heads * hd;
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = threadIdx.x; i < half; i += kRopeThreads)
+    sincosf(pos * p.inv_freq[i], &sin_t[i], &cos_t[i]);
+  __syncthreads();
+  const bf16* src = static_cast<const bf16*>(p.qkv) + t * static_cast<int64_t>(qd + 2 * kvd);
+  const int per_head = half / 8;
+  const int rot_items = (p.num_heads + p.num_kv_heads) * per_head;
+  const int items = rot_items + kvd / 8;
+  for (int item = threadIdx.x; item < items; item += kRopeThreads) {
+    if (item >= rot_items) {
+      const int i = 8 * (item - rot_items);
+      *reinterpret_cast<Bf16x8*>(static_cast<bf16*>(p.v) + t * kvd + i) =
+          *reinterpret_cast<const Bf16x8*>(src + qd + kvd + i);
+      continue;
+    }
+    const int head = item / per_head;
+    const int c = 8 * (item % per_head);
+    float x1[8], x2[8], o1[8], o2[8];
+    load8(src + head * hd + c, x1);
+    load8(src + head * hd + c + half, x2);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float cs = cos_t[c + e], sn = sin_t[c + e];
+      o1[e] = x1[e] * cs - x2[e] * sn;
+      o2[e] = x2[e] * cs + x1[e] * sn;
+    }
+    bf16* dst = head < p.num_heads ? static_cast<bf16*>(p.q) + t * qd + head * hd
+                                   : static_cast<bf16*>(p.k) + t * kvd + (head - p.num_heads) * hd;
+    store8(dst + c, o1);
+    store8(dst + c + half, o2);
+  }
+}
+
 // ---- SiLU and mul -----------------------------------------------------------------------------
 
 template <typename T>
@@ -182,6 +302,25 @@ __global__ void silu_and_mul_kernel(const __grid_constant__ ops::SiluAndMulParam
     const float g = to_float(row[i]);
     const float u = to_float(row[p.inter + i]);
     static_cast<T*>(p.out)[idx] = from_float<T>(g / (1.f + __expf(-g)) * u);
+  }
+}
+
+// The bf16 fast path (inter a multiple of 8): 8 outputs per thread, 16-byte loads and store.
+__global__ void silu_and_mul_bf16x8_kernel(const __grid_constant__ ops::SiluAndMulParams p) {
+  const int64_t vecs_per_row = p.inter / 8;
+  const int64_t total = p.num_tokens * vecs_per_row;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / vecs_per_row;
+    const int64_t i = 8 * (idx % vecs_per_row);
+    const bf16* row = static_cast<const bf16*>(p.x) + t * 2 * p.inter;
+    float g[8], u[8], o[8];
+    load8(row + i, g);
+    load8(row + p.inter + i, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      o[e] = g[e] / (1.f + __expf(-g[e])) * u[e];
+    store8(static_cast<bf16*>(p.out) + t * p.inter + i, o);
   }
 }
 
@@ -244,10 +383,27 @@ void embedding(const ops::EmbeddingParams& p, StreamHandle stream) {
 
 void rms_norm(const ops::RmsNormParams& p, StreamHandle stream) {
   if (p.rows == 0) return;
-  dispatch_dtype(p.dtype, "rms_norm", [&](auto tag) {
-    using T = decltype(tag);
-    rms_norm_kernel<T, 512><<<static_cast<unsigned>(p.rows), 512, 0, as_cuda(stream)>>>(p);
-  });
+  const int64_t vecs = p.cols / 8;
+  const auto grid = static_cast<unsigned>(p.rows);
+  cudaStream_t s = as_cuda(stream);
+  if (p.dtype == DType::kBF16 && p.cols % 8 == 0 && p.x_stride % 8 == 0 && vecs <= 4 * 512 &&
+      aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
+      (p.residual == nullptr || aligned16(p.residual))) {
+    if (vecs <= 128) {
+      rms_norm_bf16x8_kernel<128, 1><<<grid, 128, 0, s>>>(p);
+    } else if (vecs <= 512) {
+      rms_norm_bf16x8_kernel<512, 1><<<grid, 512, 0, s>>>(p);
+    } else if (vecs <= 1024) {
+      rms_norm_bf16x8_kernel<512, 2><<<grid, 512, 0, s>>>(p);
+    } else {
+      rms_norm_bf16x8_kernel<512, 4><<<grid, 512, 0, s>>>(p);
+    }
+  } else {
+    dispatch_dtype(p.dtype, "rms_norm", [&](auto tag) {
+      using T = decltype(tag);
+      rms_norm_kernel<T, 512><<<grid, 512, 0, s>>>(p);
+    });
+  }
   KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -262,19 +418,30 @@ void rope(const ops::RopeParams& p, StreamHandle stream) {
 
 void split_qkv_rope(const ops::SplitQkvRopeParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
-  dispatch_dtype(p.dtype, "split_qkv_rope", [&](auto tag) {
-    using T = decltype(tag);
-    split_qkv_rope_kernel<T><<<static_cast<unsigned>(p.num_tokens), 512, 0, as_cuda(stream)>>>(p);
-  });
+  const auto grid = static_cast<unsigned>(p.num_tokens);
+  if (p.dtype == DType::kBF16 && p.rotary_dim == p.head_dim && p.head_dim % 16 == 0 &&
+      p.head_dim <= 256 && aligned16(p.qkv) && aligned16(p.q) && aligned16(p.k) && aligned16(p.v)) {
+    split_qkv_rope_bf16x8_kernel<<<grid, kRopeThreads, 0, as_cuda(stream)>>>(p);
+  } else {
+    dispatch_dtype(p.dtype, "split_qkv_rope", [&](auto tag) {
+      using T = decltype(tag);
+      split_qkv_rope_kernel<T><<<grid, 512, 0, as_cuda(stream)>>>(p);
+    });
+  }
   KV_CUDA_CHECK(cudaGetLastError());
 }
 
 void silu_and_mul(const ops::SiluAndMulParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
-  dispatch_dtype(p.dtype, "silu_and_mul", [&](auto tag) {
-    using T = decltype(tag);
-    silu_and_mul_kernel<T><<<grid_for(p.num_tokens * p.inter, 256), 256, 0, as_cuda(stream)>>>(p);
-  });
+  if (p.dtype == DType::kBF16 && p.inter % 8 == 0 && aligned16(p.x) && aligned16(p.out)) {
+    silu_and_mul_bf16x8_kernel<<<grid_for(p.num_tokens * p.inter / 8, 256), 256, 0,
+                                 as_cuda(stream)>>>(p);
+  } else {
+    dispatch_dtype(p.dtype, "silu_and_mul", [&](auto tag) {
+      using T = decltype(tag);
+      silu_and_mul_kernel<T><<<grid_for(p.num_tokens * p.inter, 256), 256, 0, as_cuda(stream)>>>(p);
+    });
+  }
   KV_CUDA_CHECK(cudaGetLastError());
 }
 
