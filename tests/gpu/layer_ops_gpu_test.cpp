@@ -4,8 +4,10 @@
 // cuBLASLt GEMM (bias, f32 output) against a float64 product. Skips itself without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <numeric>
 #include <random>
 
 #include "kvserve/core/dtype.h"
@@ -181,6 +183,35 @@ TEST_F(LayerOpsGpuTest, SplitQkvRopeAndSiluAndMul) {
       expect_close(q, download_bf16(dq, n * qd), 2 * kBf16, "q");
       expect_close(k, download_bf16(dk, n * kvd), 2 * kBf16, "k");
       expect_close(v, download_bf16(dv, n * kvd), 0, "v");  // a copy
+
+      // The fused KV store: k and v land in shuffled cache rows, bitwise what the unfused split
+      // wrote; every other row stays zero.
+      const int64_t slots = 3 * n + 5;
+      std::vector<int32_t> loc(static_cast<size_t>(slots));
+      std::iota(loc.begin(), loc.end(), 0);
+      std::shuffle(loc.begin(), loc.end(), rng_);
+      loc.resize(static_cast<size_t>(n));
+      Tensor dloc = upload(loc.data(), DType::kI32, n);
+      Tensor dkc = empty(DType::kBF16, slots * kvd), dvc = empty(DType::kBF16, slots * kvd);
+      gpu_->memset(dkc.data(), 0, dkc.bytes());
+      gpu_->memset(dvc.data(), 0, dvc.bytes());
+      ops::SplitQkvRopeParams fused = p;
+      fused.k = fused.v = nullptr;
+      fused.k_cache = dkc.data();
+      fused.v_cache = dvc.data();
+      fused.cache_loc = dloc.data_as<int32_t>();
+      fused.num_slots = slots;
+      ops::split_qkv_rope(*gpu_, fused);
+      const std::vector<float> kg = download_bf16(dk, n * kvd), vg = download_bf16(dv, n * kvd);
+      const std::vector<float> kc = download_bf16(dkc, slots * kvd);
+      const std::vector<float> vc = download_bf16(dvc, slots * kvd);
+      std::vector<float> k_expect(static_cast<size_t>(slots * kvd), 0.0f), v_expect = k_expect;
+      for (int64_t t = 0; t < n; ++t) {
+        std::copy_n(kg.begin() + t * kvd, kvd, k_expect.begin() + loc[t] * kvd);
+        std::copy_n(vg.begin() + t * kvd, kvd, v_expect.begin() + loc[t] * kvd);
+      }
+      EXPECT_EQ(kc, k_expect) << "fused k, " << s.heads << "/" << s.kv_heads << " x " << n;
+      EXPECT_EQ(vc, v_expect) << "fused v, " << s.heads << "/" << s.kv_heads << " x " << n;
 
       std::vector<float> act(n * qd / 2);
       Tensor dact = empty(DType::kBF16, n * qd / 2);

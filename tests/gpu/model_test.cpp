@@ -118,7 +118,9 @@ void logits_match(model::ModelRunner& ref, model::ModelRunner& test, const std::
               << a.max_abs << ", confident top-1 " << a.confident_agree << "/" << a.confident
               << std::endl;
     EXPECT_LT(a.rel_l2, rel_l2_bound) << stage;
-    if (check_top1) EXPECT_GE(a.confident_agree, a.confident - a.confident / 10) << stage;
+    if (check_top1) {
+      EXPECT_GE(a.confident_agree, a.confident - a.confident / 10) << stage;
+    }
     return argmax_rows(lr, vocab);
   };
   // Prefill of the first 40%, an extend of the rest over the cached prefix, then decode steps

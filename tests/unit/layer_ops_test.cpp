@@ -1,10 +1,13 @@
 // CPU layer ops and rope frequencies against float64 references written from the definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <string>
 
+#include "kvserve/core/check.h"
 #include "kvserve/model/rope.h"
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
@@ -95,6 +98,56 @@ TEST_F(LayerOps, RopeRotatesHalvesByPositionTimesFrequency) {
     }
   }
   EXPECT_EQ(k[0], k0[0]);  // position 0 is the identity
+}
+
+// split_qkv_rope with the KV store fused in: q as without it, k and v in the cache rows named by
+// cache_loc (the unfused split's k and v, exactly), every other row untouched; a slot outside
+// the cache is a CHECK.
+TEST_F(LayerOps, SplitQkvRopeFusedStoreWritesTheCacheRows) {
+  const int32_t heads = 4, kv_heads = 2, dim = 8;
+  const int64_t n = 3, qd = heads * dim, kvd = kv_heads * dim, slots = 9;
+  const std::vector<int32_t> pos = {5, 0, 300};
+  const std::vector<int32_t> loc = {7, 2, 4};
+  const auto inv = model::rope_inv_freq(10000.0, dim, {});
+  const auto qkv = random(n * (qd + 2 * kvd), 11);
+  std::vector<float> q(n * qd), k(n * kvd), v(n * kvd);
+  SplitQkvRopeParams p{.qkv = qkv.data(),
+                       .q = q.data(),
+                       .k = k.data(),
+                       .v = v.data(),
+                       .positions = pos.data(),
+                       .inv_freq = inv.data(),
+                       .num_tokens = n,
+                       .num_heads = heads,
+                       .num_kv_heads = kv_heads,
+                       .head_dim = dim,
+                       .rotary_dim = dim};
+  split_qkv_rope(*p_, p);
+  std::vector<float> fq(n * qd), kc(slots * kvd, -1.0f), vc(slots * kvd, -2.0f);
+  SplitQkvRopeParams f = p;
+  f.q = fq.data();
+  f.k = f.v = nullptr;
+  f.k_cache = kc.data();
+  f.v_cache = vc.data();
+  f.cache_loc = loc.data();
+  f.num_slots = slots;
+  split_qkv_rope(*p_, f);
+  EXPECT_EQ(fq, q);
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const auto t = std::find(loc.begin(), loc.end(), slot) - loc.begin();
+    for (int64_t i = 0; i < kvd; ++i) {
+      EXPECT_EQ(kc[slot * kvd + i], t < n ? k[t * kvd + i] : -1.0f) << slot << "," << i;
+      EXPECT_EQ(vc[slot * kvd + i], t < n ? v[t * kvd + i] : -2.0f) << slot << "," << i;
+    }
+  }
+  const std::vector<int32_t> bad = {7, 9, 4};
+  f.cache_loc = bad.data();
+  try {
+    split_qkv_rope(*p_, f);
+    ADD_FAILURE() << "slot 9 of a 9-row cache was accepted";
+  } catch (const CheckError& e) {
+    EXPECT_NE(std::string(e.what()).find("slot 9 of 9"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Rope, Llama3ScalingBands) {

@@ -89,6 +89,11 @@ class AttentionBackend {
   // cuda-paged writes each request's new slot into the req_to_token mirror and builds the page
   // lists from it), reading only the staged integers. CausalLM::forward_static calls it.
   virtual void launch_decode_graph_metadata() {}
+  // Where this forward's new-token slots (batch.out_cache_loc) are on the device, valid after
+  // init_forward_metadata* as the layers' kernels read them; null where the backend has none.
+  // A caller that stores K/V there itself (CausalLM fuses the store into split_qkv_rope) passes
+  // null k / v in AttentionIO, and the backend stores nothing.
+  virtual const int32_t* device_out_cache_loc() const { return nullptr; }
   virtual void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
                               const model::ForwardBatch& batch, bool save_kv = true) = 0;
   virtual void forward_decode(const AttentionIO& io, const AttentionLayer& layer,

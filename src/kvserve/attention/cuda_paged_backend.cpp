@@ -69,6 +69,7 @@ class CudaPagedBackend final : public AttentionBackend {
         repair_(p, "cuda-paged mirror") {}
 
   std::string_view name() const override { return "cuda-paged"; }
+  const int32_t* device_out_cache_loc() const override { return meta_.device(loc_); }
 
   void init_forward_metadata(const model::ForwardBatch& batch) override {
     build(batch, /*graph=*/false);

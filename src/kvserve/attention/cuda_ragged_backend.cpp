@@ -37,6 +37,7 @@ class CudaRaggedBackend final : public AttentionBackend {
   explicit CudaRaggedBackend(platform::Platform& p) : platform_(p), meta_(p, "cuda-ragged") {}
 
   std::string_view name() const override { return "cuda-ragged"; }
+  const int32_t* device_out_cache_loc() const override { return meta_.device(loc_); }
 
   void init_forward_metadata(const model::ForwardBatch& batch) override {
     meta_.clear();

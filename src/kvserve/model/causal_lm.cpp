@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "kvserve/model/rope.h"
 #include "kvserve/platform/ops/gemm.h"
@@ -77,6 +79,15 @@ struct CausalLM::Workspace {
 };
 
 namespace {
+
+// KVSERVE_FUSED_KV_STORE=0 keeps the backend's separate KV store (for A/B measurements).
+bool fused_kv_store_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("KVSERVE_FUSED_KV_STORE");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  return enabled;
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
@@ -240,6 +251,12 @@ void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backe
   for (const int32_t t : batch.logits_indices)
     KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
 
+  // The KV store fused into split_qkv_rope where the backend exposes its slots on the device and
+  // the cache holds the activations' dtype (fp8 caches quantise in the backend's store).
+  const int32_t* fused_store_loc =
+      fused_kv_store_enabled() && batch.kv_pool->config().dtype == dtype_
+          ? backend.device_out_cache_loc()
+          : nullptr;
   const int32_t* ids = in.input_ids;
   const int32_t* positions = in.positions;
   const int32_t* logits_indices = in.logits_indices;
@@ -289,27 +306,40 @@ void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backe
       rms_norm(w.hidden, &w.residual, w.normed, l.input_layernorm);
     }
     gemm(w.normed, l.qkv_proj, &l.qkv_bias, w.qkv, n, qkv_cols, h);
-    ops::split_qkv_rope(platform_, {.qkv = w.qkv.data(),
-                                    .q = w.q.data(),
-                                    .k = w.k.data(),
-                                    .v = w.v.data(),
-                                    .dtype = dtype_,
-                                    .positions = positions,
-                                    .inv_freq = inv_freq_.data_as<float>(),
-                                    .num_tokens = n,
-                                    .num_heads = heads,
-                                    .num_kv_heads = kv_heads,
-                                    .head_dim = c.head_dim,
-                                    .rotary_dim = c.head_dim});
+    ops::SplitQkvRopeParams split{.qkv = w.qkv.data(),
+                                  .q = w.q.data(),
+                                  .k = w.k.data(),
+                                  .v = w.v.data(),
+                                  .dtype = dtype_,
+                                  .positions = positions,
+                                  .inv_freq = inv_freq_.data_as<float>(),
+                                  .num_tokens = n,
+                                  .num_heads = heads,
+                                  .num_kv_heads = kv_heads,
+                                  .head_dim = c.head_dim,
+                                  .rotary_dim = c.head_dim};
+    const bool fuse_store = fused_store_loc != nullptr &&
+                            batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
+                            batch.kv_pool->v_scale(static_cast<int32_t>(li)) == 1.0f;
+    if (fuse_store) {
+      split.k_cache = batch.kv_pool->k_buffer(static_cast<int32_t>(li)).data();
+      split.v_cache = batch.kv_pool->v_buffer(static_cast<int32_t>(li)).data();
+      split.cache_loc = fused_store_loc;
+      split.num_slots = batch.kv_pool->num_slots();
+    }
+    ops::split_qkv_rope(platform_, split);
     const attention::AttentionLayer layer{
         .layer_id = static_cast<int32_t>(li),
         .num_heads = heads,
         .num_kv_heads = kv_heads,
         .head_dim = c.head_dim,
         .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    backend.forward(
-        {.q = w.q.data(), .k = w.k.data(), .v = w.v.data(), .out = w.attn.data(), .dtype = dtype_},
-        layer, batch);
+    backend.forward({.q = w.q.data(),
+                     .k = fuse_store ? nullptr : w.k.data(),
+                     .v = fuse_store ? nullptr : w.v.data(),
+                     .out = w.attn.data(),
+                     .dtype = dtype_},
+                    layer, batch);
     gemm(w.attn, l.o_proj, nullptr, w.hidden, n, h, qd);
     rms_norm(w.hidden, &w.residual, w.normed, l.post_attention_layernorm);
     gemm(w.normed, l.gate_up_proj, nullptr, w.gate_up, n, 2 * inter, h);

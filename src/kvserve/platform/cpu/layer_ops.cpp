@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kvserve/core/check.h"
 #include "kvserve/platform/cpu/cpu_ops.h"
@@ -125,6 +126,25 @@ void split_qkv_rope(const SplitQkvRopeParams& p) {
   require_f32(p.dtype, "split_qkv_rope");
   const int64_t qd = static_cast<int64_t>(p.num_heads) * p.head_dim;
   const int64_t kvd = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  if (p.k_cache != nullptr) {
+    // The fused store: split into scratch k / v, then copy each row to its slot.
+    std::vector<float> k(static_cast<size_t>(p.num_tokens * kvd));
+    std::vector<float> v(k.size());
+    SplitQkvRopeParams split = p;
+    split.k = k.data();
+    split.v = v.data();
+    split.k_cache = split.v_cache = nullptr;
+    split_qkv_rope(split);
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      const int64_t slot = p.cache_loc[t];
+      KV_CHECK(slot >= 0 && slot < p.num_slots, "split_qkv_rope: slot {} of {}", slot, p.num_slots);
+      std::memcpy(static_cast<float*>(p.k_cache) + slot * kvd, k.data() + t * kvd,
+                  kvd * sizeof(float));
+      std::memcpy(static_cast<float*>(p.v_cache) + slot * kvd, v.data() + t * kvd,
+                  kvd * sizeof(float));
+    }
+    return;
+  }
   const int64_t cols = qd + 2 * kvd;
   const auto* qkv = static_cast<const float*>(p.qkv);
   auto* q = static_cast<float*>(p.q);

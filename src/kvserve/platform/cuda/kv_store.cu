@@ -8,6 +8,7 @@
 #include "kvserve/platform/cuda/convert.cuh"
 #include "kvserve/platform/cuda/cuda_check.h"
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/cuda/pdl.cuh"
 
 namespace kvserve::platform::cuda {
 namespace {
@@ -45,6 +46,7 @@ struct Store<Fp8<E5M2>> {
 
 template <typename Src, typename Dst>
 __global__ void store_kv_convert_kernel(const __grid_constant__ ops::KvStoreParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t t = blockIdx.x;
   const int64_t slot = p.loc[t];
   if (slot < 0 || slot >= p.num_slots) __trap();  // a bad slot is a bug upstream
@@ -60,6 +62,7 @@ __global__ void store_kv_convert_kernel(const __grid_constant__ ops::KvStorePara
 // Same dtype, no scale: a row copy in 16-byte words.
 __global__ void store_kv_copy_kernel(const __grid_constant__ ops::KvStoreParams p,
                                      int64_t row_words) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t t = blockIdx.x;
   const int64_t slot = p.loc[t];
   if (slot < 0 || slot >= p.num_slots) __trap();
@@ -76,7 +79,8 @@ __global__ void store_kv_copy_kernel(const __grid_constant__ ops::KvStoreParams 
 template <typename Src, typename Dst>
 void launch_convert(const ops::KvStoreParams& p, cudaStream_t stream) {
   const int threads = static_cast<int>(std::min<int64_t>(256, (p.row_elems + 31) / 32 * 32));
-  store_kv_convert_kernel<Src, Dst><<<static_cast<unsigned>(p.num_tokens), threads, 0, stream>>>(p);
+  launch_pdl(store_kv_convert_kernel<Src, Dst>, static_cast<unsigned>(p.num_tokens), threads, 0,
+             stream, p);
 }
 
 template <typename Src>
@@ -109,7 +113,8 @@ void store_kv(const ops::KvStoreParams& p, StreamHandle stream_handle) {
   if (p.src_dtype == p.cache_dtype && p.k_scale_inv == 1.0f && p.v_scale_inv == 1.0f && aligned) {
     const int64_t words = static_cast<int64_t>(row_bytes / 16);
     const int threads = static_cast<int>(std::min<int64_t>(256, (words + 31) / 32 * 32));
-    store_kv_copy_kernel<<<static_cast<unsigned>(p.num_tokens), threads, 0, stream>>>(p, words);
+    launch_pdl(store_kv_copy_kernel, static_cast<unsigned>(p.num_tokens), threads, 0, stream, p,
+               words);
   } else {
     switch (p.src_dtype) {
       case DType::kF32:

@@ -10,6 +10,7 @@
 #include "kvserve/platform/cuda/convert.cuh"
 #include "kvserve/platform/cuda/cuda_check.h"
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/cuda/pdl.cuh"
 
 namespace kvserve::platform::cuda {
 namespace {
@@ -44,6 +45,7 @@ void dispatch_dtype(DType t, const char* op, F&& f) {
 // vocabulary (rejected at submission; never expected here) yields a zero row.
 __global__ void embedding_kernel(const __grid_constant__ ops::EmbeddingParams p,
                                  int64_t row_bytes) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t t = blockIdx.x;
   const int32_t id = p.ids[t];
   auto* out = static_cast<char*>(p.out) + t * row_bytes;
@@ -83,6 +85,7 @@ __device__ float block_sum(float v) {
 template <typename T, int THREADS>
 __global__ void __launch_bounds__(THREADS)
     rms_norm_kernel(const __grid_constant__ ops::RmsNormParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t r = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
   T* res = p.residual ? static_cast<T*>(p.residual) + r * p.cols : nullptr;
@@ -134,6 +137,7 @@ __device__ __forceinline__ void store8(bf16* p, const float (&f)[8]) {
 template <int THREADS, int VECS>
 __global__ void __launch_bounds__(THREADS)
     rms_norm_bf16x8_kernel(const __grid_constant__ ops::RmsNormParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t r = blockIdx.x;
   const int n = static_cast<int>(p.cols / 8);
   const bf16* x = static_cast<const bf16*>(p.x) + r * p.x_stride;
@@ -216,8 +220,18 @@ __global__ void rope_kernel(const __grid_constant__ ops::RopeParams p) {
 }
 
 // Out of place: one block per token writes q, k (rotated) and v from the fused projection.
+// Token t's k/v row: its cache slot with the fused store (a slot outside the pool traps, as the
+// store kernels do), else t in the k / v activations.
+__device__ __forceinline__ int64_t kv_destination_row(const ops::SplitQkvRopeParams& p, int64_t t) {
+  if (p.k_cache == nullptr) return t;
+  const int64_t slot = p.cache_loc[t];
+  if (slot < 0 || slot >= p.num_slots) __trap();
+  return slot;
+}
+
 template <typename T>
 __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t t = blockIdx.x;
   const int hd = p.head_dim;
   const int half = p.rotary_dim / 2;
@@ -225,6 +239,9 @@ __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeP
   const int kvd = p.num_kv_heads * hd;
   const float pos = static_cast<float>(p.positions[t]);
   const T* src = static_cast<const T*>(p.qkv) + t * static_cast<int64_t>(qd + 2 * kvd);
+  const int64_t kv_row = kv_destination_row(p, t);
+  T* k_dst = static_cast<T*>(p.k_cache != nullptr ? p.k_cache : p.k) + kv_row * kvd;
+  T* v_dst = static_cast<T*>(p.k_cache != nullptr ? p.v_cache : p.v) + kv_row * kvd;
   for (int idx = threadIdx.x; idx < qd + 2 * kvd; idx += blockDim.x) {
     const int d = idx % hd;
     const T* head = src + (idx - d);
@@ -234,10 +251,10 @@ __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeP
       if (idx < qd) {
         static_cast<T*>(p.q)[t * qd + idx] = from_float<T>(v);
       } else {
-        static_cast<T*>(p.k)[t * kvd + idx - qd] = from_float<T>(v);
+        k_dst[idx - qd] = from_float<T>(v);
       }
     } else {
-      static_cast<T*>(p.v)[t * kvd + idx - qd - kvd] = src[idx];
+      v_dst[idx - qd - kvd] = src[idx];
     }
   }
 }
@@ -250,6 +267,7 @@ constexpr int kRopeThreads = 256;
 
 __global__ void __launch_bounds__(kRopeThreads)
     split_qkv_rope_bf16x8_kernel(const __grid_constant__ ops::SplitQkvRopeParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   __shared__ float cos_t[128], sin_t[128];
   const int64_t t = blockIdx.x;
   const int hd = p.head_dim;
@@ -261,14 +279,16 @@ __global__ void __launch_bounds__(kRopeThreads)
     sincosf(pos * p.inv_freq[i], &sin_t[i], &cos_t[i]);
   __syncthreads();
   const bf16* src = static_cast<const bf16*>(p.qkv) + t * static_cast<int64_t>(qd + 2 * kvd);
+  const int64_t kv_row = kv_destination_row(p, t);
+  bf16* k_dst = static_cast<bf16*>(p.k_cache != nullptr ? p.k_cache : p.k) + kv_row * kvd;
+  bf16* v_dst = static_cast<bf16*>(p.k_cache != nullptr ? p.v_cache : p.v) + kv_row * kvd;
   const int per_head = half / 8;
   const int rot_items = (p.num_heads + p.num_kv_heads) * per_head;
   const int items = rot_items + kvd / 8;
   for (int item = threadIdx.x; item < items; item += kRopeThreads) {
     if (item >= rot_items) {
       const int i = 8 * (item - rot_items);
-      *reinterpret_cast<Bf16x8*>(static_cast<bf16*>(p.v) + t * kvd + i) =
-          *reinterpret_cast<const Bf16x8*>(src + qd + kvd + i);
+      *reinterpret_cast<Bf16x8*>(v_dst + i) = *reinterpret_cast<const Bf16x8*>(src + qd + kvd + i);
       continue;
     }
     const int head = item / per_head;
@@ -283,7 +303,7 @@ __global__ void __launch_bounds__(kRopeThreads)
       o2[e] = x2[e] * cs + x1[e] * sn;
     }
     bf16* dst = head < p.num_heads ? static_cast<bf16*>(p.q) + t * qd + head * hd
-                                   : static_cast<bf16*>(p.k) + t * kvd + (head - p.num_heads) * hd;
+                                   : k_dst + (head - p.num_heads) * hd;
     store8(dst + c, o1);
     store8(dst + c + half, o2);
   }
@@ -293,6 +313,7 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 template <typename T>
 __global__ void silu_and_mul_kernel(const __grid_constant__ ops::SiluAndMulParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t total = p.num_tokens * p.inter;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -307,6 +328,7 @@ __global__ void silu_and_mul_kernel(const __grid_constant__ ops::SiluAndMulParam
 
 // The bf16 fast path (inter a multiple of 8): 8 outputs per thread, 16-byte loads and store.
 __global__ void silu_and_mul_bf16x8_kernel(const __grid_constant__ ops::SiluAndMulParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t vecs_per_row = p.inter / 8;
   const int64_t total = p.num_tokens * vecs_per_row;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -330,6 +352,7 @@ constexpr int kArgmaxThreads = 1024;
 
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(const float* logits, int64_t vocab, int32_t* out) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const float* row = logits + blockIdx.x * vocab;
   float best = -FLT_MAX;
   int64_t best_i = vocab;  // NaNs never win; an all-NaN row gives index 0 below
@@ -377,7 +400,8 @@ int grid_for(int64_t elements, int threads) {
 void embedding(const ops::EmbeddingParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
   const int64_t row_bytes = p.hidden * static_cast<int64_t>(dtype_size(p.dtype));
-  embedding_kernel<<<static_cast<unsigned>(p.num_tokens), 256, 0, as_cuda(stream)>>>(p, row_bytes);
+  launch_pdl(embedding_kernel, static_cast<unsigned>(p.num_tokens), 256, 0, as_cuda(stream), p,
+             row_bytes);
   KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -390,18 +414,18 @@ void rms_norm(const ops::RmsNormParams& p, StreamHandle stream) {
       aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
       (p.residual == nullptr || aligned16(p.residual))) {
     if (vecs <= 128) {
-      rms_norm_bf16x8_kernel<128, 1><<<grid, 128, 0, s>>>(p);
+      launch_pdl(rms_norm_bf16x8_kernel<128, 1>, grid, 128, 0, s, p);
     } else if (vecs <= 512) {
-      rms_norm_bf16x8_kernel<512, 1><<<grid, 512, 0, s>>>(p);
+      launch_pdl(rms_norm_bf16x8_kernel<512, 1>, grid, 512, 0, s, p);
     } else if (vecs <= 1024) {
-      rms_norm_bf16x8_kernel<512, 2><<<grid, 512, 0, s>>>(p);
+      launch_pdl(rms_norm_bf16x8_kernel<512, 2>, grid, 512, 0, s, p);
     } else {
-      rms_norm_bf16x8_kernel<512, 4><<<grid, 512, 0, s>>>(p);
+      launch_pdl(rms_norm_bf16x8_kernel<512, 4>, grid, 512, 0, s, p);
     }
   } else {
     dispatch_dtype(p.dtype, "rms_norm", [&](auto tag) {
       using T = decltype(tag);
-      rms_norm_kernel<T, 512><<<grid, 512, 0, s>>>(p);
+      launch_pdl(rms_norm_kernel<T, 512>, grid, 512, 0, s, p);
     });
   }
   KV_CUDA_CHECK(cudaGetLastError());
@@ -420,12 +444,14 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
   const auto grid = static_cast<unsigned>(p.num_tokens);
   if (p.dtype == DType::kBF16 && p.rotary_dim == p.head_dim && p.head_dim % 16 == 0 &&
-      p.head_dim <= 256 && aligned16(p.qkv) && aligned16(p.q) && aligned16(p.k) && aligned16(p.v)) {
-    split_qkv_rope_bf16x8_kernel<<<grid, kRopeThreads, 0, as_cuda(stream)>>>(p);
+      p.head_dim <= 256 && aligned16(p.qkv) && aligned16(p.q) &&
+      (p.k_cache != nullptr ? aligned16(p.k_cache) && aligned16(p.v_cache)
+                            : aligned16(p.k) && aligned16(p.v))) {
+    launch_pdl(split_qkv_rope_bf16x8_kernel, grid, kRopeThreads, 0, as_cuda(stream), p);
   } else {
     dispatch_dtype(p.dtype, "split_qkv_rope", [&](auto tag) {
       using T = decltype(tag);
-      split_qkv_rope_kernel<T><<<grid, 512, 0, as_cuda(stream)>>>(p);
+      launch_pdl(split_qkv_rope_kernel<T>, grid, 512, 0, as_cuda(stream), p);
     });
   }
   KV_CUDA_CHECK(cudaGetLastError());
@@ -434,12 +460,13 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& p, StreamHandle stream) {
 void silu_and_mul(const ops::SiluAndMulParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
   if (p.dtype == DType::kBF16 && p.inter % 8 == 0 && aligned16(p.x) && aligned16(p.out)) {
-    silu_and_mul_bf16x8_kernel<<<grid_for(p.num_tokens * p.inter / 8, 256), 256, 0,
-                                 as_cuda(stream)>>>(p);
+    launch_pdl(silu_and_mul_bf16x8_kernel, grid_for(p.num_tokens * p.inter / 8, 256), 256, 0,
+               as_cuda(stream), p);
   } else {
     dispatch_dtype(p.dtype, "silu_and_mul", [&](auto tag) {
       using T = decltype(tag);
-      silu_and_mul_kernel<T><<<grid_for(p.num_tokens * p.inter, 256), 256, 0, as_cuda(stream)>>>(p);
+      launch_pdl(silu_and_mul_kernel<T>, grid_for(p.num_tokens * p.inter, 256), 256, 0,
+                 as_cuda(stream), p);
     });
   }
   KV_CUDA_CHECK(cudaGetLastError());
@@ -448,8 +475,8 @@ void silu_and_mul(const ops::SiluAndMulParams& p, StreamHandle stream) {
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                  StreamHandle stream) {
   if (rows == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, as_cuda(stream)>>>(logits, vocab,
-                                                                                     out);
+  launch_pdl(argmax_kernel, static_cast<unsigned>(rows), kArgmaxThreads, 0, as_cuda(stream), logits,
+             vocab, out);
   KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -14,7 +14,7 @@ namespace kvserve::platform::cuda {
 
 // Decode attention on tensor cores over PagedDecodeParams (num_splits > 1: partials into the
 // workspace, then a merge kernel launched with programmatic dependent launch unless
-// $KVSERVE_DECODE_TC_PDL=0). `stages`: 2, 3 or 4 K/V tiles in flight (resolved by the caller).
+// $KVSERVE_PDL=0). `stages`: 2, 3 or 4 K/V tiles in flight (resolved by the caller).
 void paged_decode_tc(const ops::PagedDecodeParams& params, int32_t stages, StreamHandle stream);
 
 // Blocks of the (head_dim, stages) kernel resident per SM on the current device, as the CUDA

@@ -34,6 +34,7 @@
 #include "kvserve/platform/cuda/kv_elem.cuh"
 #include "kvserve/platform/cuda/ops.h"
 #include "kvserve/platform/cuda/paged_decode_tc.h"
+#include "kvserve/platform/cuda/pdl.cuh"
 
 namespace kvserve::platform::cuda {
 namespace {
@@ -580,19 +581,6 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   return y;
 }
 
-// Programmatic dependent launch (sm_90): the merge kernel may start while the split kernel's
-// last blocks run and waits here until the split kernel has completed and its writes are visible.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 template <typename KV, int HEAD_DIM, int STAGES>
 __global__ void __launch_bounds__(ops::kDecodeTcThreads,
                                   DecodeTile<KV, HEAD_DIM, STAGES>::kMinBlocks)
@@ -606,7 +594,7 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
   auto* sKw = reinterpret_cast<__nv_bfloat16*>(sV + STAGES * T::kStageElems);
   __nv_bfloat16* sVw = sKw + T::kStageElems;
 
-  pdl_launch_dependents();  // the merge kernel's blocks may be scheduled once all of ours run
+  pdl_enter();  // pdl.cuh: launched with launch_pdl; the merge kernel may be scheduled early
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -841,7 +829,7 @@ constexpr int kMergeWarps = 4;
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kMergeWarps * 32)
     decode_tc_merge_kernel(const __grid_constant__ ops::PagedDecodeParams p) {
-  pdl_wait();
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   constexpr int kPer = HEAD_DIM / 32;
   const int64_t bh = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
   if (bh >= static_cast<int64_t>(p.batch) * p.num_q_heads) return;
@@ -888,14 +876,6 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   }
 }
 
-bool decode_tc_pdl_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KVSERVE_DECODE_TC_PDL");
-    return v == nullptr || v[0] != '0';
-  }();
-  return enabled;
-}
-
 template <typename KV, int HEAD_DIM, int STAGES>
 auto* configured_decode_tc_kernel() {
   using T = DecodeTile<KV, HEAD_DIM, STAGES>;
@@ -920,22 +900,13 @@ void launch_decode_tc(const ops::PagedDecodeParams& p, int page_shift, cudaStrea
     detail::check_failed(__FILE__, __LINE__, "paged decode (tensor cores): too many blocks",
                          std::string(), std::to_string(blocks));
   }
-  kernel<<<static_cast<unsigned>(blocks), ops::kDecodeTcThreads, T::kSmemBytes, stream>>>(
-      p, page_shift);
-  KV_CUDA_CHECK(cudaGetLastError());
+  launch_pdl(kernel, static_cast<unsigned>(blocks), ops::kDecodeTcThreads, T::kSmemBytes, stream, p,
+             page_shift);
   if (p.num_splits == 1) return;
   const int64_t pairs = static_cast<int64_t>(p.batch) * p.num_q_heads;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((pairs + kMergeWarps - 1) / kMergeWarps));
-  cfg.blockDim = dim3(kMergeWarps * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = decode_tc_pdl_enabled() ? 1 : 0;
-  KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_tc_merge_kernel<HEAD_DIM>, p));
+  launch_pdl(decode_tc_merge_kernel<HEAD_DIM>,
+             static_cast<unsigned>((pairs + kMergeWarps - 1) / kMergeWarps), kMergeWarps * 32, 0,
+             stream, p);
 }
 
 // The one boundary where the decode kernel's runtime values become template parameters.

@@ -19,6 +19,7 @@
 
 #include "kvserve/core/check_base.h"
 #include "kvserve/platform/cuda/cuda_check.h"
+#include "kvserve/platform/cuda/pdl.cuh"
 #include "kvserve/platform/cuda/skinny_gemm.h"
 
 namespace kvserve::platform::cuda {
@@ -70,6 +71,7 @@ __device__ __forceinline__ float to_float(T x) {
 
 template <int M, typename T, typename Out, bool kBias>
 __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(ops::GemmParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int64_t n0 = (int64_t{blockIdx.x} * kWarps + warp) * kRows;
@@ -147,8 +149,8 @@ template <int M, typename T, typename Out, bool kBias>
 void launch(const ops::GemmParams& p, cudaStream_t stream) {
   const int64_t rows_per_block = int64_t{kWarps} * kRows;
   const int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
-  skinny_gemm_kernel<M, T, Out, kBias><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
-  KV_CUDA_CHECK(cudaGetLastError());
+  launch_pdl(skinny_gemm_kernel<M, T, Out, kBias>, static_cast<unsigned>(blocks), kThreads, 0,
+             stream, p);
 }
 
 // m is a template parameter (the accumulators live in registers); only the m that pays is built

@@ -76,6 +76,13 @@ struct SplitQkvRopeParams {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t rotary_dim = 0;
+  // Optional, the KV store fused in (set_kv_buffer's copy for a cache of the activations' dtype
+  // and scale 1): when k_cache is set, token t's rotated k and its v go to row cache_loc[t] of
+  // k_cache / v_cache ([num_slots, num_kv_heads, head_dim]) and k / v are not written.
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int32_t* cache_loc = nullptr;  // [num_tokens], on the op's device
+  int64_t num_slots = 0;
 };
 
 }  // namespace kvserve::ops
