@@ -32,6 +32,7 @@
 #include "kvserve/core/dtype.h"
 #include "kvserve/platform/ops/paged_prefill.h"
 #include "kvserve/platform/platform.h"
+#include "support/cuda_param_test.h"
 
 namespace kvserve {
 namespace {
@@ -289,14 +290,7 @@ struct Case {
   int32_t head_dim;
 };
 
-class PagedDecodeTcTest : public testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    cuda_ = cuda_or_null();
-    if (!cuda_) GTEST_SKIP() << "no CUDA device";
-  }
-  std::unique_ptr<platform::Platform> cuda_;
-};
+using PagedDecodeTcTest = test_support::CudaParamTest<Case>;
 
 TEST_P(PagedDecodeTcTest, MatchesFloat64Reference) {
   const Case c = GetParam();
@@ -473,24 +467,10 @@ TEST(PagedDecodeTc, BenchAttentionTcPath) {
 }
 
 // --- an fp8 KV cache ---------------------------------------------------------------------------
-struct Fp8Case {
-  DType dtype;
-  int32_t page_size;
-  int32_t group;
-  int32_t head_dim;
-};
-
-class PagedDecodeTcFp8Test : public testing::TestWithParam<Fp8Case> {
- protected:
-  void SetUp() override {
-    cuda_ = cuda_or_null();
-    if (!cuda_) GTEST_SKIP() << "no CUDA device";
-  }
-  std::unique_ptr<platform::Platform> cuda_;
-};
+using PagedDecodeTcFp8Test = test_support::CudaParamTest<test_support::Fp8GridPoint>;
 
 TEST_P(PagedDecodeTcFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
-  const Fp8Case c = GetParam();
+  const test_support::Fp8GridPoint c = GetParam();
   struct Mode {
     const char* variant;
     int32_t num_splits;  // 0: planned
@@ -531,25 +511,9 @@ TEST_P(PagedDecodeTcFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
   }
 }
 
-std::vector<Fp8Case> fp8_cases() {
-  std::vector<Fp8Case> out;
-  for (const DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    for (const int32_t ps : {1, 16, 64, 128}) {
-      for (const int32_t group : {1, 4, 8}) {
-        for (const int32_t d : {64, 128})
-          out.push_back({dt, ps, group, d});
-      }
-    }
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Fp8, PagedDecodeTcFp8Test, testing::ValuesIn(fp8_cases()),
-                         [](const testing::TestParamInfo<Fp8Case>& i) {
-                           return std::string(dtype_name(i.param.dtype)) + "_ps" +
-                                  std::to_string(i.param.page_size) + "_g" +
-                                  std::to_string(i.param.group) + "_d" +
-                                  std::to_string(i.param.head_dim);
+INSTANTIATE_TEST_SUITE_P(Fp8, PagedDecodeTcFp8Test, testing::ValuesIn(test_support::fp8_grid()),
+                         [](const testing::TestParamInfo<test_support::Fp8GridPoint>& i) {
+                           return test_support::fp8_grid_name(i.param);
                          });
 
 // fp8 with every query empty: zeros (the kernel's empty splits, not the backend's guard).

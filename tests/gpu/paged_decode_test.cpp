@@ -10,6 +10,7 @@
 #include "kvserve/bench/attention.h"
 #include "kvserve/core/dtype.h"
 #include "kvserve/platform/platform.h"
+#include "support/cuda_param_test.h"
 
 namespace kvserve {
 namespace {
@@ -21,15 +22,7 @@ struct Case {
   int32_t num_splits;  // 0: planned
 };
 
-class PagedDecodeTest : public testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    auto p = platform::create_platform(Device{DeviceKind::kCuda, 0});
-    if (!p.is_ok()) GTEST_SKIP() << p.status().to_string();
-    cuda_ = std::move(p).value();
-  }
-  std::unique_ptr<platform::Platform> cuda_;
-};
+using PagedDecodeTest = test_support::CudaParamTest<Case>;
 
 TEST_P(PagedDecodeTest, MatchesFloat64Reference) {
   const Case c = GetParam();
@@ -74,25 +67,15 @@ INSTANTIATE_TEST_SUITE_P(Configs, PagedDecodeTest, testing::ValuesIn(cases()),
 
 // --- an fp8 KV cache -------------------------------------------------------------------------
 struct Fp8Case {
-  DType dtype;
-  int32_t page_size;
-  int32_t group;
-  int32_t head_dim;
+  test_support::Fp8GridPoint kv;
   int32_t num_splits;  // 0: planned
 };
 
-class PagedDecodeFp8Test : public testing::TestWithParam<Fp8Case> {
- protected:
-  void SetUp() override {
-    auto p = platform::create_platform(Device{DeviceKind::kCuda, 0});
-    if (!p.is_ok()) GTEST_SKIP() << p.status().to_string();
-    cuda_ = std::move(p).value();
-  }
-  std::unique_ptr<platform::Platform> cuda_;
-};
+using PagedDecodeFp8Test = test_support::CudaParamTest<Fp8Case>;
 
 TEST_P(PagedDecodeFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
-  const Fp8Case c = GetParam();
+  const Fp8Case f = GetParam();
+  const test_support::Fp8GridPoint& c = f.kv;
   bench::AttentionBenchConfig cfg;
   cfg.kv_dtype = c.dtype;
   // Scales that are not powers of two: stored = value / scale exercises the kernel's folding of
@@ -103,10 +86,10 @@ TEST_P(PagedDecodeFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
   cfg.num_kv_heads = 2;
   cfg.num_q_heads = 2 * c.group;
   cfg.head_dim = c.head_dim;
-  cfg.num_splits = c.num_splits;
+  cfg.num_splits = f.num_splits;
   cfg.iters = 1;
   cfg.measure_copy = false;
-  cfg.seed = 4017 + c.page_size + 100 * c.group + c.head_dim + 7 * c.num_splits +
+  cfg.seed = 4017 + c.page_size + 100 * c.group + c.head_dim + 7 * f.num_splits +
              (c.dtype == DType::kFP8E5M2 ? 50000 : 0);
   cfg.seq_lens = {0, 1, 17, 300, 1101, c.page_size, 2 * c.page_size + 1};
   std::cout << "[ seed     ] " << cfg.seed << std::endl;
@@ -123,25 +106,16 @@ TEST_P(PagedDecodeFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
 
 std::vector<Fp8Case> fp8_cases() {
   std::vector<Fp8Case> out;
-  for (const DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    for (const int32_t ps : {1, 16, 64, 128}) {
-      for (const int32_t group : {1, 4, 8}) {
-        for (const int32_t d : {64, 128}) {
-          for (const int32_t splits : {1, 0})
-            out.push_back({dt, ps, group, d, splits});
-        }
-      }
-    }
+  for (const test_support::Fp8GridPoint& kv : test_support::fp8_grid()) {
+    for (const int32_t splits : {1, 0})
+      out.push_back({kv, splits});
   }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp8, PagedDecodeFp8Test, testing::ValuesIn(fp8_cases()),
                          [](const testing::TestParamInfo<Fp8Case>& i) {
-                           return std::string(dtype_name(i.param.dtype)) + "_ps" +
-                                  std::to_string(i.param.page_size) + "_g" +
-                                  std::to_string(i.param.group) + "_d" +
-                                  std::to_string(i.param.head_dim) + "_s" +
+                           return test_support::fp8_grid_name(i.param.kv) + "_s" +
                                   std::to_string(i.param.num_splits);
                          });
 

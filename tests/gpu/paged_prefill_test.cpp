@@ -20,6 +20,7 @@
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/platform/platform.h"
+#include "support/cuda_param_test.h"
 
 namespace kvserve {
 namespace {
@@ -37,14 +38,7 @@ struct Case {
   std::string variant;
 };
 
-class PagedPrefillTest : public testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    cuda_ = cuda_or_null();
-    if (!cuda_) GTEST_SKIP() << "no CUDA device";
-  }
-  std::unique_ptr<platform::Platform> cuda_;
-};
+using PagedPrefillTest = test_support::CudaParamTest<Case>;
 
 TEST_P(PagedPrefillTest, MatchesFloat64Reference) {
   const Case c = GetParam();
@@ -239,24 +233,15 @@ INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaPagedBackendPrefill,
 
 // --- an fp8 KV cache: the kernel against the reference on the dequantised values -------------
 struct Fp8Case {
-  DType dtype;
-  int32_t page_size;
-  int32_t group;
-  int32_t head_dim;
+  test_support::Fp8GridPoint kv;
   bool causal;
 };
 
-class PagedPrefillFp8Test : public testing::TestWithParam<Fp8Case> {
- protected:
-  void SetUp() override {
-    cuda_ = cuda_or_null();
-    if (!cuda_) GTEST_SKIP() << "no CUDA device";
-  }
-  std::unique_ptr<platform::Platform> cuda_;
-};
+using PagedPrefillFp8Test = test_support::CudaParamTest<Fp8Case>;
 
 TEST_P(PagedPrefillFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
-  const Fp8Case c = GetParam();
+  const Fp8Case f = GetParam();
+  const test_support::Fp8GridPoint& c = f.kv;
   // Ragged: new tokens after cached prefixes (odd lengths), one request with no prefix; not
   // causal, a request with prefix 0 has no KV at all (the empty-KV rows).
   const std::vector<int32_t> q_lens = {17, 300, 1, 33, 129};
@@ -272,15 +257,15 @@ TEST_P(PagedPrefillFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
     cfg.num_kv_heads = 2;
     cfg.num_q_heads = 2 * c.group;
     cfg.head_dim = c.head_dim;
-    cfg.causal = c.causal;
+    cfg.causal = f.causal;
     cfg.iters = 1;
     cfg.measure_copy = false;
     cfg.check_max_work = 1e9;
-    cfg.seed = 7031 + c.page_size + 100 * c.group + c.head_dim + (c.causal ? 1 : 0) +
+    cfg.seed = 7031 + c.page_size + 100 * c.group + c.head_dim + (f.causal ? 1 : 0) +
                (c.dtype == DType::kFP8E5M2 ? 30000 : 0);
     cfg.q_lens = q_lens;
     for (size_t b = 0; b < q_lens.size(); ++b)
-      cfg.kv_lens.push_back(prefix_lens[b] + (c.causal ? q_lens[b] : 0));
+      cfg.kv_lens.push_back(prefix_lens[b] + (f.causal ? q_lens[b] : 0));
     std::cout << "[ seed     ] " << cfg.seed << " variant " << variant << std::endl;
     const auto r = bench::run_attention_bench(*cuda_, cfg);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -292,25 +277,16 @@ TEST_P(PagedPrefillFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
 
 std::vector<Fp8Case> fp8_cases() {
   std::vector<Fp8Case> out;
-  for (const DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    for (const int32_t ps : {1, 16, 64, 128}) {
-      for (const int32_t group : {1, 4, 8}) {
-        for (const int32_t d : {64, 128}) {
-          for (const bool causal : {true, false})
-            out.push_back({dt, ps, group, d, causal});
-        }
-      }
-    }
+  for (const test_support::Fp8GridPoint& kv : test_support::fp8_grid()) {
+    for (const bool causal : {true, false})
+      out.push_back({kv, causal});
   }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp8, PagedPrefillFp8Test, testing::ValuesIn(fp8_cases()),
                          [](const testing::TestParamInfo<Fp8Case>& i) {
-                           return std::string(dtype_name(i.param.dtype)) + "_ps" +
-                                  std::to_string(i.param.page_size) + "_g" +
-                                  std::to_string(i.param.group) + "_d" +
-                                  std::to_string(i.param.head_dim) +
+                           return test_support::fp8_grid_name(i.param.kv) +
                                   (i.param.causal ? "_causal" : "_full");
                          });
 

@@ -142,60 +142,26 @@ TEST(ReqToTokenKernels, EqualTheCpuReference) {
   }
 }
 
-struct ScenarioCase {
-  const char* backend;
-  int32_t page_size;
-};
-
-void PrintTo(const ScenarioCase& c, std::ostream* os) {
-  *os << c.backend << ", page size " << c.page_size;
-}
-
-class MirrorScenarioGpuTest : public ::testing::TestWithParam<ScenarioCase> {};
+class MirrorScenarioGpuTest : public ::testing::TestWithParam<test_support::MirrorScenarioCase> {};
 
 TEST_P(MirrorScenarioGpuTest, MirrorEqualsHostAfterEveryForward) {
   auto cuda = cuda_or_null();
   if (!cuda) GTEST_SKIP() << "no CUDA device";
-  const ScenarioCase c = GetParam();
-  for (const uint32_t seed : {1u, 2u, 3u}) {
-    const test_support::MirrorScenarioStats s =
-        test_support::run_mirror_scenario(*cuda, c.backend, c.page_size, seed);
-    EXPECT_EQ(s.forwards, 13);
-    EXPECT_EQ(s.rows_checked, 37);
-    EXPECT_TRUE(s.host_rewrote_a_row) << "seed " << seed;
-    EXPECT_EQ(s.graph_forwards, std::string(c.backend) == "cuda-paged" ? 3 : 0);
-  }
+  test_support::expect_mirror_scenario(*cuda, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MirrorScenarioGpuTest,
-                         ::testing::Values(ScenarioCase{"cuda-paged", 1},
-                                           ScenarioCase{"cuda-paged", 16},
-                                           ScenarioCase{"cuda-ragged", 1},
-                                           ScenarioCase{"cuda-ragged", 16}),
-                         [](const ::testing::TestParamInfo<ScenarioCase>& i) {
-                           std::string name = i.param.backend;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name + "_page" + std::to_string(i.param.page_size);
+                         ::testing::ValuesIn(test_support::kMirrorScenarioCases),
+                         [](const auto& i) {
+                           return test_support::mirror_scenario_case_name(i.param);
                          });
 
 // Encoder-decoder rows (Whisper): aligned layout through both backends, ragged through
 // cuda-ragged, page sizes 1 and 16.
 TEST(MirrorEncoderDecoderGpu, MirrorEqualsHostOnBothRegions) {
-  auto platform = cuda_or_null();
-  if (!platform) GTEST_SKIP() << "no CUDA device";
-  for (const int32_t ps : {1, 16}) {
-    for (const uint32_t seed : {1u, 2u}) {
-      EXPECT_EQ(test_support::run_encoder_decoder_mirror_scenario(*platform, "cuda-paged", ps,
-                                                                  /*ragged_layout=*/false, seed),
-                16);
-      EXPECT_EQ(test_support::run_encoder_decoder_mirror_scenario(*platform, "cuda-ragged", ps,
-                                                                  /*ragged_layout=*/false, seed),
-                16);
-      EXPECT_EQ(test_support::run_encoder_decoder_mirror_scenario(*platform, "cuda-ragged", ps,
-                                                                  /*ragged_layout=*/true, seed),
-                16);
-    }
-  }
+  auto cuda = cuda_or_null();
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  test_support::expect_encoder_decoder_mirror_scenarios(*cuda);
 }
 
 }  // namespace

@@ -311,4 +311,43 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
   return checked;
 }
 
+void PrintTo(const MirrorScenarioCase& c, std::ostream* os) {
+  *os << c.backend << ", page size " << c.page_size;
+}
+
+std::string mirror_scenario_case_name(const MirrorScenarioCase& c) {
+  std::string name = c.backend;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name + "_page" + std::to_string(c.page_size);
+}
+
+void expect_mirror_scenario(platform::Platform& platform, const MirrorScenarioCase& c) {
+  for (const uint32_t seed : {1u, 2u, 3u}) {
+    const MirrorScenarioStats s = run_mirror_scenario(platform, c.backend, c.page_size, seed);
+    EXPECT_EQ(s.forwards, 13) << "seed " << seed;
+    EXPECT_EQ(s.rows_checked, 37) << "seed " << seed;
+    // The scenario reaches the cases it exists for.
+    EXPECT_TRUE(s.host_rewrote_a_row) << "seed " << seed;
+    EXPECT_EQ(s.graph_forwards, std::string(c.backend) == "cuda-paged" ? 3 : 0) << "seed " << seed;
+  }
+}
+
+void expect_encoder_decoder_mirror_scenarios(platform::Platform& platform) {
+  struct Run {
+    const char* backend;
+    bool ragged_layout;
+  };
+  for (const int32_t ps : {1, 16}) {
+    for (const uint32_t seed : {1u, 2u}) {
+      for (const Run r :
+           {Run{"cuda-paged", false}, Run{"cuda-ragged", false}, Run{"cuda-ragged", true}}) {
+        EXPECT_EQ(
+            run_encoder_decoder_mirror_scenario(platform, r.backend, ps, r.ragged_layout, seed), 16)
+            << r.backend << (r.ragged_layout ? ", ragged layout" : ", aligned layout")
+            << ", page size " << ps << ", seed " << seed;
+      }
+    }
+  }
+}
+
 }  // namespace kvserve::test_support

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 #include "kvserve/platform/platform.h"
@@ -35,5 +36,21 @@ MirrorScenarioStats run_mirror_scenario(platform::Platform& platform, const std:
 int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
                                             const std::string& backend, int32_t page_size,
                                             bool ragged_layout, uint32_t seed);
+
+// What the CPU suite (tests/unit) and the GPU suite (tests/gpu) both run: the lifecycle scenario
+// over these backends and page sizes, seeds 1-3, each reaching the cases it exists for; and the
+// encoder-decoder scenario over page sizes 1 and 16, the aligned layout through both backends and
+// the ragged one through cuda-ragged, seeds 1-2. Failures are gtest EXPECTs.
+struct MirrorScenarioCase {
+  const char* backend;
+  int32_t page_size;
+};
+inline constexpr MirrorScenarioCase kMirrorScenarioCases[] = {
+    {"cuda-paged", 1}, {"cuda-paged", 16}, {"cuda-ragged", 1}, {"cuda-ragged", 16}};
+void PrintTo(const MirrorScenarioCase& c, std::ostream* os);
+std::string mirror_scenario_case_name(const MirrorScenarioCase& c);  // "cuda_paged_page16"
+
+void expect_mirror_scenario(platform::Platform& platform, const MirrorScenarioCase& c);
+void expect_encoder_decoder_mirror_scenarios(platform::Platform& platform);
 
 }  // namespace kvserve::test_support
