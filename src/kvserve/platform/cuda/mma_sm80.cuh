@@ -60,5 +60,23 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Element offset of (row, 16-byte chunk) in a tile of HEAD_DIM-element bf16 rows: the chunk index
+// XOR row % 8 puts the 8 rows that one ldmatrix phase reads into 8 different bank groups.
+template <int HEAD_DIM>
+__device__ __forceinline__ int swizzled_offset(int row, int chunk) {
+  return row * HEAD_DIM + ((chunk ^ (row & 7)) << 3);
+}
+
+// Element offset in a K/V stage of the cp.async chunk (row, chunk): swizzled bf16 (what ldmatrix
+// reads), or plain fp8 rows of LOAD_ELEMS-element chunks (what the widening reads).
+template <int HEAD_DIM, bool FP8, int LOAD_ELEMS>
+__device__ __forceinline__ int stage_offset(int row, int chunk) {
+  if constexpr (FP8) {
+    return row * HEAD_DIM + chunk * LOAD_ELEMS;
+  } else {
+    return swizzled_offset<HEAD_DIM>(row, chunk);
+  }
+}
+
 }  // namespace
 }  // namespace kvserve::platform::cuda

@@ -71,16 +71,12 @@ struct DecodeTile {
   static_assert(kChunks * 8 == HEAD_DIM && kLoadChunks * kLoadElems == HEAD_DIM, "whole chunks");
   // Element offset of (row, 16-byte chunk), chunk XOR row % 8 (as the prefill tiles).
   static __device__ __forceinline__ int at(int row, int chunk) {
-    return row * HEAD_DIM + ((chunk ^ (row & 7)) << 3);
+    return swizzled_offset<HEAD_DIM>(row, chunk);
   }
   // Element offset in a stage of the cp.async chunk (row, chunk): bf16 stages are what ldmatrix
   // reads (swizzled); fp8 stages are plain rows, read 8 bytes per lane by the widening.
   static __device__ __forceinline__ int stage_at(int row, int chunk) {
-    if constexpr (kFp8) {
-      return row * HEAD_DIM + chunk * kLoadElems;
-    } else {
-      return at(row, chunk);
-    }
+    return stage_offset<HEAD_DIM, kFp8, kLoadElems>(row, chunk);
   }
 };
 

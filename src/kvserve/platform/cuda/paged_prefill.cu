@@ -30,8 +30,8 @@
 
 #include "kvserve/platform/cuda/cuda_check.h"
 #include "kvserve/platform/cuda/kv_elem.cuh"
-#include "kvserve/platform/cuda/ops.h"
 #include "kvserve/platform/cuda/mma_sm80.cuh"
+#include "kvserve/platform/cuda/ops.h"
 
 namespace kvserve::platform::cuda {
 namespace {
@@ -56,16 +56,12 @@ struct Tile {
   // Element offset of (row, 16-byte chunk): the chunk index XOR row % 8 puts the 8 rows that one
   // ldmatrix phase reads into 8 different bank groups.
   static __device__ __forceinline__ int at(int row, int chunk) {
-    return row * HEAD_DIM + ((chunk ^ (row & 7)) << 3);
+    return swizzled_offset<HEAD_DIM>(row, chunk);
   }
   // Element offset in a K/V stage of the cp.async chunk (row, chunk): swizzled bf16 (what
   // ldmatrix reads), or plain fp8 rows (what the widening reads).
   static __device__ __forceinline__ int stage_at(int row, int chunk) {
-    if constexpr (kFp8) {
-      return row * HEAD_DIM + chunk * kLoadElems;
-    } else {
-      return at(row, chunk);
-    }
+    return stage_offset<HEAD_DIM, kFp8, kLoadElems>(row, chunk);
   }
 };
 
