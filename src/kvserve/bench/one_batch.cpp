@@ -7,7 +7,6 @@
 #include <random>
 #include <tuple>
 
-#include "kvserve/bench/metrics.h"
 #include "kvserve/bench/one_batch_sweep.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
@@ -34,12 +33,7 @@ nlohmann::json OneBatchResult::to_json() const {
   j["output_len"] = output_len;
   j["prefill_latency"] = prefill_latency;
   j["prefill_throughput"] = prefill_throughput;
-  if (median_decode_latency.has_value()) {
-    j["median_decode_latency"] = *median_decode_latency;
-    j["median_decode_throughput"] = *median_decode_throughput;
-  }
-  j["total_latency"] = total_latency;
-  j["overall_throughput"] = overall_throughput;
+  add_json(j);
   return j;
 }
 
@@ -144,13 +138,7 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
                                       rows, runner.kv_pool());
     runner.forward_greedy(batch, next);
     platform.synchronize();
-    const double latency = seconds(t0, Clock::now());
-    r.decode_latencies.push_back(latency);
-    r.total_latency += latency;
-    if (i < 5) {
-      log(fmt::format("Decode {}. Batch size: {}, latency: {:6.5f} s, throughput: {:9.2f} token/s",
-                      i, batch_size, latency, batch_size / latency));
-    }
+    r.add_step(seconds(t0, Clock::now()), batch_size, log);
   }
   for (size_t b = 0; b < bs; ++b)
     tokens[b].push_back(next[b]);
@@ -158,17 +146,7 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
   KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
            "a one-batch run leaves every row and slot free");
 
-  if (output_len > 1) {
-    const double med = median(r.decode_latencies);
-    r.median_decode_latency = med;
-    r.median_decode_throughput = batch_size / med;
-    log(fmt::format("Decode.  median latency: {:6.5f} s, median throughput: {:9.2f} token/s", med,
-                    *r.median_decode_throughput));
-  }
-  r.overall_throughput =
-      (static_cast<double>(input_len) + output_len) * batch_size / r.total_latency;
-  log(fmt::format("Total. latency: {:6.3f} s, throughput: {:9.2f} token/s", r.total_latency,
-                  r.overall_throughput));
+  r.finish(batch_size, (static_cast<double>(input_len) + output_len) * batch_size, log);
   return r;
 }
 

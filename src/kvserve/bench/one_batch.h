@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvserve/bench/decode_timing.h"
 #include "kvserve/core/status.h"
 #include "kvserve/model/model_runner.h"
 
@@ -30,18 +31,15 @@ struct OneBatchOptions {
   bool warmup = true;
 };
 
-struct OneBatchResult {
+struct OneBatchResult : DecodeTiming {
   std::string run_name;
   int32_t batch_size = 0;
   int32_t input_len = 0;
   int32_t output_len = 0;
-  double prefill_latency = 0;                      // seconds
-  double prefill_throughput = 0;                   // batch * input / prefill_latency, tokens/s
-  std::vector<double> decode_latencies;            // one per decode step (output_len - 1)
-  std::optional<double> median_decode_latency;     // when output_len > 1
-  std::optional<double> median_decode_throughput;  // batch / median latency
-  double total_latency = 0;                        // prefill + every decode step
-  double overall_throughput = 0;                   // (input + output) * batch / total_latency
+  double prefill_latency = 0;     // seconds
+  double prefill_throughput = 0;  // batch * input / prefill_latency, tokens/s
+  // DecodeTiming: total_latency is prefill + every decode step, overall_throughput
+  // (input + output) * batch / total_latency.
 
   // SGLang's JSON line: run_name, batch_size, input_len, output_len, prefill_latency,
   // prefill_throughput, [median_decode_latency, median_decode_throughput,] total_latency,

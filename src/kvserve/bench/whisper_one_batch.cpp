@@ -6,7 +6,6 @@
 #include <chrono>
 #include <random>
 
-#include "kvserve/bench/metrics.h"
 #include "kvserve/bench/one_batch_sweep.h"
 #include "kvserve/mem/common.h"
 
@@ -57,12 +56,7 @@ nlohmann::json WhisperOneBatchResult::to_json() const {
   j["encoder_throughput"] = encoder_throughput;
   j["prefill_latency"] = prefill_latency;
   j["prefill_throughput"] = prefill_throughput;
-  if (median_decode_latency.has_value()) {
-    j["median_decode_latency"] = *median_decode_latency;
-    j["median_decode_throughput"] = *median_decode_throughput;
-  }
-  j["total_latency"] = total_latency;
-  j["overall_throughput"] = overall_throughput;
+  add_json(j);
   return j;
 }
 
@@ -197,26 +191,9 @@ Result<WhisperOneBatchResult> run_whisper_one_batch_once(
   log(fmt::format("Prefill. latency: {:6.5f} s, throughput: {:9.2f} token/s", r.prefill_latency,
                   r.prefill_throughput));
   r.total_latency = r.encoder_latency + r.prefill_latency;
-  for (size_t i = 3; i < marks.size(); ++i) {
-    const double latency = seconds(marks[i - 1], marks[i]);
-    r.decode_latencies.push_back(latency);
-    r.total_latency += latency;
-    if (i - 3 < 5) {
-      log(fmt::format("Decode {}. Batch size: {}, latency: {:6.5f} s, throughput: {:9.2f} token/s",
-                      i - 3, batch_size, latency, batch_size / latency));
-    }
-  }
-  if (output_len > 1) {
-    const double med = median(r.decode_latencies);
-    r.median_decode_latency = med;
-    r.median_decode_throughput = batch_size / med;
-    log(fmt::format("Decode.  median latency: {:6.5f} s, median throughput: {:9.2f} token/s", med,
-                    *r.median_decode_throughput));
-  }
-  r.overall_throughput =
-      (static_cast<double>(r.decoder_input_len) + output_len) * batch_size / r.total_latency;
-  log(fmt::format("Total. latency: {:6.3f} s, throughput: {:9.2f} token/s", r.total_latency,
-                  r.overall_throughput));
+  for (size_t i = 3; i < marks.size(); ++i)
+    r.add_step(seconds(marks[i - 1], marks[i]), batch_size, log);
+  r.finish(batch_size, (static_cast<double>(r.decoder_input_len) + output_len) * batch_size, log);
   const WhisperLayoutAccounting& a = r.layout;
   log(fmt::format(
       "Layout. {} encoder KV, page size {}, {}: encoder_len {}, reserved {}, padding {} slots "

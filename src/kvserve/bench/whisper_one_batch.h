@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvserve/bench/decode_timing.h"
 #include "kvserve/core/status.h"
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/model/whisper_runner.h"
@@ -55,22 +56,19 @@ struct WhisperLayoutAccounting {
   int64_t gathered_bytes_per_step = 0;
 };
 
-struct WhisperOneBatchResult {
+struct WhisperOneBatchResult : DecodeTiming {
   std::string run_name;
   std::string device;
   int32_t batch_size = 0;
   int32_t decoder_input_len = 0;  // prompt tokens per request
   int32_t output_len = 0;         // generated tokens per request
   WhisperLayoutAccounting layout;
-  double encoder_latency = 0;                      // seconds
-  double encoder_throughput = 0;                   // batch * encoder_len / latency, tokens/s
-  double prefill_latency = 0;                      // seconds
-  double prefill_throughput = 0;                   // batch * decoder_input_len / latency
-  std::vector<double> decode_latencies;            // one per decode step (output_len - 1)
-  std::optional<double> median_decode_latency;     // when output_len > 1
-  std::optional<double> median_decode_throughput;  // batch / median latency
-  double total_latency = 0;                        // encoder + prefill + every decode step
-  double overall_throughput = 0;  // (decoder_input_len + output_len) * batch / total_latency
+  double encoder_latency = 0;     // seconds
+  double encoder_throughput = 0;  // batch * encoder_len / latency, tokens/s
+  double prefill_latency = 0;     // seconds
+  double prefill_throughput = 0;  // batch * decoder_input_len / latency
+  // DecodeTiming: total_latency is encoder + prefill + every decode step, overall_throughput
+  // (decoder_input_len + output_len) * batch / total_latency.
   std::vector<int32_t> first_request_tokens;  // what request 0 generated (not in the JSON)
 
   // One JSON line: the run, the latencies and the layout accounting.
