@@ -487,20 +487,14 @@ TEST_P(PagedDecodeTcFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
   while (lens.size() < 20)
     lens.push_back(len(rng));
   for (const Mode& m : modes) {
-    bench::AttentionBenchConfig cfg;
+    bench::AttentionBenchConfig cfg = test_support::check_config(c.page_size, c.group, c.head_dim);
     cfg.kernel = "tc";
     cfg.variant = m.variant;
     cfg.kv_dtype = c.dtype;
     cfg.k_scale = 0.043f;
     cfg.v_scale = 2.3f;
-    cfg.page_size = c.page_size;
-    cfg.num_kv_heads = 2;
-    cfg.num_q_heads = 2 * c.group;
-    cfg.head_dim = c.head_dim;
     cfg.num_splits = m.num_splits;
     cfg.min_tokens_per_split = m.min_tokens_per_split;
-    cfg.iters = 1;
-    cfg.measure_copy = false;
     cfg.seed = seed;
     cfg.seq_lens = lens;
     std::cout << "[ seed     ] " << seed << " variant " << m.variant << std::endl;

@@ -26,14 +26,8 @@ using PagedDecodeTest = test_support::CudaParamTest<Case>;
 
 TEST_P(PagedDecodeTest, MatchesFloat64Reference) {
   const Case c = GetParam();
-  bench::AttentionBenchConfig cfg;
-  cfg.page_size = c.page_size;
-  cfg.num_kv_heads = 2;
-  cfg.num_q_heads = 2 * c.group;
-  cfg.head_dim = c.head_dim;
+  bench::AttentionBenchConfig cfg = test_support::check_config(c.page_size, c.group, c.head_dim);
   cfg.num_splits = c.num_splits;
-  cfg.iters = 1;
-  cfg.measure_copy = false;
   cfg.seed = 17 + c.page_size + 100 * c.group + c.head_dim;
   cfg.seq_lens = {0, 1, 17, 300, 1100, c.page_size, 2 * c.page_size + 1};
   std::cout << "[ seed     ] " << cfg.seed << std::endl;
@@ -76,19 +70,13 @@ using PagedDecodeFp8Test = test_support::CudaParamTest<Fp8Case>;
 TEST_P(PagedDecodeFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
   const Fp8Case f = GetParam();
   const test_support::Fp8GridPoint& c = f.kv;
-  bench::AttentionBenchConfig cfg;
+  bench::AttentionBenchConfig cfg = test_support::check_config(c.page_size, c.group, c.head_dim);
   cfg.kv_dtype = c.dtype;
   // Scales that are not powers of two: stored = value / scale exercises the kernel's folding of
   // k_scale into the softmax scale and of v_scale into the output.
   cfg.k_scale = 0.037f;
   cfg.v_scale = 1.7f;
-  cfg.page_size = c.page_size;
-  cfg.num_kv_heads = 2;
-  cfg.num_q_heads = 2 * c.group;
-  cfg.head_dim = c.head_dim;
   cfg.num_splits = f.num_splits;
-  cfg.iters = 1;
-  cfg.measure_copy = false;
   cfg.seed = 4017 + c.page_size + 100 * c.group + c.head_dim + 7 * f.num_splits +
              (c.dtype == DType::kFP8E5M2 ? 50000 : 0);
   cfg.seq_lens = {0, 1, 17, 300, 1101, c.page_size, 2 * c.page_size + 1};

@@ -51,16 +51,10 @@ TEST_P(PagedPrefillTest, MatchesFloat64Reference) {
       {{17, 300, 1, 300, 17, 1, 300}, {0, 17, 1000, 1000, 1000, 0, 17}},
   };
   for (size_t i = 0; i < shapes.size(); ++i) {
-    bench::AttentionBenchConfig cfg;
+    bench::AttentionBenchConfig cfg = test_support::check_config(c.page_size, c.group, c.head_dim);
     cfg.mode = "prefill";
     cfg.variant = c.variant;
-    cfg.page_size = c.page_size;
-    cfg.num_kv_heads = 2;
-    cfg.num_q_heads = 2 * c.group;
-    cfg.head_dim = c.head_dim;
     cfg.causal = c.causal;
-    cfg.iters = 1;
-    cfg.measure_copy = false;
     cfg.check_max_work = 1e9;
     cfg.seed = 31 + c.page_size + 100 * c.group + c.head_dim + 7 * i;
     cfg.q_lens = shapes[i].q_lens;
@@ -247,19 +241,13 @@ TEST_P(PagedPrefillFp8Test, MatchesFloat64ReferenceOnDequantisedValues) {
   const std::vector<int32_t> q_lens = {17, 300, 1, 33, 129};
   const std::vector<int32_t> prefix_lens = {0, 1000, 17, 65, 0};
   for (const char* variant : {"m64w4", "m128w8", "m128w4"}) {
-    bench::AttentionBenchConfig cfg;
+    bench::AttentionBenchConfig cfg = test_support::check_config(c.page_size, c.group, c.head_dim);
     cfg.mode = "prefill";
     cfg.variant = variant;
     cfg.kv_dtype = c.dtype;
     cfg.k_scale = 0.061f;
     cfg.v_scale = 1.9f;
-    cfg.page_size = c.page_size;
-    cfg.num_kv_heads = 2;
-    cfg.num_q_heads = 2 * c.group;
-    cfg.head_dim = c.head_dim;
     cfg.causal = f.causal;
-    cfg.iters = 1;
-    cfg.measure_copy = false;
     cfg.check_max_work = 1e9;
     cfg.seed = 7031 + c.page_size + 100 * c.group + c.head_dim + (f.causal ? 1 : 0) +
                (c.dtype == DType::kFP8E5M2 ? 30000 : 0);

@@ -1,6 +1,7 @@
 // What the CUDA kernel suites share: a parameterised fixture holding a CUDA platform (the test
-// skips itself without a device), and the grid of fp8 KV cases the paged-attention suites run
-// (dtype x page size x GQA group x head_dim; each suite adds its own last dimension).
+// skips itself without a device), the bench configuration their paged-attention checks start
+// from, and the grid of fp8 KV cases they run (dtype x page size x GQA group x head_dim; each
+// suite adds its own last dimension).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kvserve/bench/attention.h"
 #include "kvserve/core/dtype.h"
 #include "kvserve/platform/platform.h"
 
@@ -31,6 +33,21 @@ struct Fp8GridPoint {
   int32_t group;  // query heads per KV head
   int32_t head_dim;
 };
+
+// The bench configuration every paged-attention check starts from: 2 KV heads with `group` query
+// heads each, one launch (the float64 check is the point, not the time), no copy-bandwidth
+// measurement. Each suite sets its mode, kernel, lengths, dtype and seed on top.
+inline bench::AttentionBenchConfig check_config(int32_t page_size, int32_t group,
+                                                int32_t head_dim) {
+  bench::AttentionBenchConfig cfg;
+  cfg.page_size = page_size;
+  cfg.num_kv_heads = 2;
+  cfg.num_q_heads = 2 * group;
+  cfg.head_dim = head_dim;
+  cfg.iters = 1;
+  cfg.measure_copy = false;
+  return cfg;
+}
 
 // {e4m3, e5m2} x page sizes {1, 16, 64, 128} x groups {1, 4, 8} x head_dim {64, 128}.
 inline std::vector<Fp8GridPoint> fp8_grid() {
