@@ -130,7 +130,6 @@ void store_kv(const ops::KvStoreParams& p, StreamHandle stream_handle) {
         unsupported("K/V source dtype", p.src_dtype);
     }
   }
-  KV_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace kvserve::platform::cuda

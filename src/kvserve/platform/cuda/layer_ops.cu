@@ -402,7 +402,6 @@ void embedding(const ops::EmbeddingParams& p, StreamHandle stream) {
   const int64_t row_bytes = p.hidden * static_cast<int64_t>(dtype_size(p.dtype));
   launch_pdl(embedding_kernel, static_cast<unsigned>(p.num_tokens), 256, 0, as_cuda(stream), p,
              row_bytes);
-  KV_CUDA_CHECK(cudaGetLastError());
 }
 
 void rms_norm(const ops::RmsNormParams& p, StreamHandle stream) {
@@ -428,7 +427,6 @@ void rms_norm(const ops::RmsNormParams& p, StreamHandle stream) {
       launch_pdl(rms_norm_kernel<T, 512>, grid, 512, 0, s, p);
     });
   }
-  KV_CUDA_CHECK(cudaGetLastError());
 }
 
 void rope(const ops::RopeParams& p, StreamHandle stream) {
@@ -454,7 +452,6 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& p, StreamHandle stream) {
       launch_pdl(split_qkv_rope_kernel<T>, grid, 512, 0, as_cuda(stream), p);
     });
   }
-  KV_CUDA_CHECK(cudaGetLastError());
 }
 
 void silu_and_mul(const ops::SiluAndMulParams& p, StreamHandle stream) {
@@ -469,7 +466,6 @@ void silu_and_mul(const ops::SiluAndMulParams& p, StreamHandle stream) {
                  as_cuda(stream), p);
     });
   }
-  KV_CUDA_CHECK(cudaGetLastError());
 }
 
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
@@ -477,7 +473,6 @@ void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
   if (rows == 0) return;
   launch_pdl(argmax_kernel, static_cast<unsigned>(rows), kArgmaxThreads, 0, as_cuda(stream), logits,
              vocab, out);
-  KV_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace kvserve::platform::cuda

@@ -44,7 +44,8 @@ inline bool pdl_enabled() {
   return enabled;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute.
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute;
+// a launch error is CHECKed here (callers need no cudaGetLastError after it).
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {
