@@ -12,6 +12,8 @@
 //     layout), except where bf16 flips a near-tie: at the first differing step (same prefix on
 //     both) the CPU's logits of the two tokens must be within kNearTie plus four times the RMS
 //     difference of that step's CPU and GPU logits (after that the sequences legitimately differ);
+//   * on the GPU alone, every layout x page size x backend (cuda-paged in place, cuda-ragged
+//     gathered) gives the tokens and the logits of aligned page 1 on cuda-paged, bit for bit;
 //   * a batch of 4 equals one request at a time on the GPU (same rule);
 //   * text-only requests (encoder_len 0) over a pool filled with NaN stay finite.
 // Skips itself without a CUDA device.
@@ -245,6 +247,57 @@ TEST_F(WhisperGpuTest, GreedyTokensEqualTheCpusAcrossLayoutsAndPageSizes) {
   std::cout << "[ greedy   ] " << identical << " of " << compared
             << " (configuration, request) pairs identical over 12 steps" << std::endl;
   EXPECT_GE(identical, compared * 3 / 4);
+}
+
+// Seed 000's two approaches on the GPU: the aligned layout read in place (cuda-paged) and either
+// layout gathered (cuda-ragged: the same kernels in their contiguous mode), at page sizes 1, 16,
+// 64 and 128, give the same greedy tokens and the same logits, bit for bit, as aligned page 1.
+TEST_F(WhisperGpuTest, LayoutsPageSizesAndBackendsGiveIdenticalTokensAndLogits) {
+  const fs::path dir = *root_ / "test64";
+  auto base = make_whisper_runner(dir, 1, mem::EncoderKvLayout::kAligned, "cuda-paged", "cuda");
+  ASSERT_NE(base, nullptr);
+  const std::vector<std::vector<float>> features = all_features(base->config());
+  std::vector<WhisperRequest> reqs;
+  for (const std::vector<float>& f : features)
+    reqs.push_back({f, {}});
+  reqs.push_back({{}, {}});                                     // text-only: empty encoder
+  reqs.push_back({features[0], {50258, 50261, 50358, 50363}});  // another prompt
+  const WhisperGenerateOptions o{.max_new_tokens = 12, .keep_logits = true};
+  // In batches of the runner's 4 rows.
+  auto generate = [&](WhisperRunner& runner) {
+    std::vector<WhisperGenerateResult> out;
+    for (size_t b = 0; b < reqs.size(); b += 4) {
+      const size_t n = std::min<size_t>(4, reqs.size() - b);
+      auto r = whisper_greedy_generate(runner, std::span(reqs).subspan(b, n), o);
+      EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+      if (r.is_ok()) out.insert(out.end(), r->begin(), r->end());
+    }
+    return out;
+  };
+  const std::vector<WhisperGenerateResult> want = generate(*base);
+  ASSERT_EQ(want.size(), reqs.size());
+  int configs = 0;
+  for (const auto layout : {mem::EncoderKvLayout::kAligned, mem::EncoderKvLayout::kRagged}) {
+    for (const int32_t ps : {1, 16, 64, 128}) {
+      for (const std::string backend : {"", "cuda-ragged"}) {
+        if (backend.empty() && layout == mem::EncoderKvLayout::kRagged && ps > 1) continue;  // =
+        const std::string what = fmt::format("{} page {} {}", mem::encoder_kv_layout_name(layout),
+                                             ps, backend.empty() ? "default" : backend);
+        SCOPED_TRACE(what);
+        auto gpu = make_whisper_runner(dir, ps, layout, backend, "cuda");
+        ASSERT_NE(gpu, nullptr);
+        const std::vector<WhisperGenerateResult> got = generate(*gpu);
+        ASSERT_EQ(got.size(), reqs.size());
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+          EXPECT_TRUE(got[i].step_logits == want[i].step_logits) << "request " << i;
+        }
+        EXPECT_EQ(gpu->allocator().available_size(), gpu->allocator().size());
+        ++configs;
+      }
+    }
+  }
+  EXPECT_EQ(configs, 13);
 }
 
 TEST_F(WhisperGpuTest, BatchedEqualsOneAtATime) {

@@ -2,8 +2,9 @@
 //   cuda-paged: queries read their request's KV in place through page ids: extend batches (and
 //               their cross-attention) with the tensor-core paged prefill kernel, decode batches
 //               with the paged decode kernel.
-//   cuda-ragged: gathers each request's K/V slots into contiguous buffers, then one varlen
-//                attention launch; any row layout (Whisper's ragged encoder layout included).
+//   cuda-ragged: gathers each request's K/V slots into contiguous buffers every layer, then the
+//                same kernels in their contiguous mode (equal to cuda-paged bit for bit); any
+//                row layout (Whisper's ragged encoder layout included); no decode graphs.
 #pragma once
 
 #include <memory>
@@ -20,10 +21,14 @@ struct CudaPagedOptions {
   // tile) where it applies (head_dim 64 or 128, groups 1..8, power-of-two pages); false, or
   // KVSERVE_DECODE_TC=0 in the environment: the CUDA-core decode kernel (ops::paged_decode).
   bool decode_tc = true;
+  // cuda-ragged (seed 000's approach 2): token slot lists, a gather of each layer's K/V into
+  // contiguous buffers, the kernels' contiguous mode (make_cuda_ragged_backend sets it).
+  bool gather = false;
 };
 
 std::unique_ptr<AttentionBackend> make_cuda_paged_backend(platform::Platform& platform,
                                                           CudaPagedOptions options = {});
-std::unique_ptr<AttentionBackend> make_cuda_ragged_backend(platform::Platform& platform);
+std::unique_ptr<AttentionBackend> make_cuda_ragged_backend(platform::Platform& platform,
+                                                           CudaPagedOptions options = {});
 
 }  // namespace kvserve::attention

@@ -1,4 +1,5 @@
-// cuda-paged: attention over the paged pool on a CUDA platform, in place through page ids.
+// cuda-paged: attention over the paged pool on a CUDA platform, in place through page ids; and
+// cuda-ragged, the same backend with a gather in front (seed 000's approach 2).
 //
 // Extend batches with more query tokens than requests run the tensor-core paged prefill kernel
 // (platform/cuda/paged_prefill.cu): request b's new tokens are rows [qo_indptr[b],
@@ -27,6 +28,15 @@
 // (launch_decode_graph_metadata) into a fixed page-id buffer; they split for the longest possible
 // request, which cuts every request as the eager plan does (per-request splits,
 // ops/paged_decode.h).
+//
+// cuda-ragged (CudaPagedOptions::gather): the page lists are token slot lists (page size 1, any
+// row layout: Whisper's ragged encoder region ends inside a page), and each layer first gathers
+// its slots' K/V bytes (fp8 as stored) into contiguous buffers, then runs the same kernels in their
+// contiguous mode (paged_decode_params.h: page_ids null, row = indptr + position). The kernels, the
+// tiles and the split plans are the in-place read's, so cuda-ragged's output equals cuda-paged's
+// bit for bit; what it adds is the gather's copy, every layer of every forward, and no decode
+// graphs (the gathered size depends on the batch). Head dims the paged kernels lack (16, 32: test
+// presets) attend with the CUDA-core varlen kernel over the same gathered rows instead.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,6 +50,7 @@
 #include "kvserve/attention/device_metadata.h"
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/ops/paged_prefill.h"
+#include "kvserve/platform/ops/varlen_attention.h"
 
 namespace kvserve::attention {
 namespace {
@@ -65,10 +76,10 @@ class CudaPagedBackend final : public AttentionBackend {
       : platform_(p),
         options_(options),
         num_sms_(ops::num_compute_units(p)),
-        meta_(p, "cuda-paged"),
+        meta_(p, options.gather ? "cuda-ragged" : "cuda-paged"),
         repair_(p, "cuda-paged mirror") {}
 
-  std::string_view name() const override { return "cuda-paged"; }
+  std::string_view name() const override { return options_.gather ? "cuda-ragged" : "cuda-paged"; }
   const int32_t* device_out_cache_loc() const override { return meta_.device(loc_); }
 
   void init_forward_metadata(const model::ForwardBatch& batch) override {
@@ -78,7 +89,7 @@ class CudaPagedBackend final : public AttentionBackend {
     launch_device_metadata();
   }
 
-  bool supports_decode_graphs() const override { return true; }
+  bool supports_decode_graphs() const override { return !options_.gather; }
 
   Result<int64_t> init_decode_graph_state(const DecodeGraphShape& shape) override {
     if (shape.max_bs < 1 || shape.max_kv_len < 1 || shape.page_size < 1) {
@@ -160,7 +171,8 @@ class CudaPagedBackend final : public AttentionBackend {
     KV_CHECK(mirror_ != nullptr, "cuda-paged reads the batch's req_to_token mirror");
     const int32_t bs = batch.batch_size();
     bs_ = bs;
-    ps_ = batch.kv_pool->config().page_size;
+    // The gather reads token slots: lists at page size 1 whatever the pool's.
+    ps_ = options_.gather ? 1 : batch.kv_pool->config().page_size;
     // Store slots first: decoder tokens, then encoder tokens computed in this forward.
     loc_ = meta_.append(batch.out_cache_loc);
     encoder_loc_ = meta_.append(batch.encoder_out_cache_loc);
@@ -181,9 +193,14 @@ class CudaPagedBackend final : public AttentionBackend {
     // Many queries per request: tiles of queries share each K/V load on tensor cores.
     const bool prefill =
         options_.prefill_kernel && !batch.is_decode() && batch.num_tokens() > batch.batch_size();
-    if (prefill) {
+    max_q_len_ = 0;
+    for (const int32_t len : batch.extend_lens)
+      max_q_len_ = std::max(max_q_len_, len);
+    if (prefill || options_.gather) {  // the prefill kernel's rows; the varlen kernel's cu_q
       qo_indptr_ = meta_.append(batch.extend_start_loc);
       meta_.host().push_back(batch.num_tokens());
+    }
+    if (prefill) {
       for (int32_t b = 0; b < bs; ++b) {
         // The kernel's causal rule (query i sees seq_len - extend_len + i + 1 positions) is the
         // decoder position's p + 1.
@@ -277,7 +294,7 @@ class CudaPagedBackend final : public AttentionBackend {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
     const DType kv_dtype = pool.config().dtype;
     KV_CHECK(io.dtype == DType::kBF16 && ops::is_paged_kv_dtype(kv_dtype),
-             "cuda-paged reads bf16 queries and a bf16 or fp8 KV cache (got {} / {})",
+             "{} reads bf16 queries and a bf16 or fp8 KV cache (got {} / {})", name(),
              dtype_name(io.dtype), dtype_name(kv_dtype));
     // fp8: the kernels multiply the stored bytes back by the layer's scales.
     const float k_scale = pool.k_scale(layer.layer_id);
@@ -294,17 +311,30 @@ class CudaPagedBackend final : public AttentionBackend {
       platform_.memset(io.out, 0, out_bytes);
       return;
     }
+    // Where the kernels read K/V: the pool through page ids, or (cuda-ragged) the gathered rows.
+    const void* k_cache = pool.k_buffer(layer.layer_id).data();
+    const void* v_cache = pool.v_buffer(layer.layer_id).data();
+    const int32_t* page_ids = index_ptr_ + qs.pages.out;
+    int32_t page_size = pool.config().page_size;
+    if (options_.gather) {
+      if (!paged_head_dim(layer.head_dim)) return run_varlen(io, layer, batch, qs);
+      gather(qs, layer, pool, kv_dtype);
+      k_cache = k_gathered_.data();
+      v_cache = v_gathered_.data();
+      page_ids = nullptr;  // contiguous: row indptr + position
+      page_size = 1;
+    }
     if (qs.prefill) {
       const ops::PagedPrefillParams p{
           .q = io.q,
-          .k_cache = pool.k_buffer(layer.layer_id).data(),
-          .v_cache = pool.v_buffer(layer.layer_id).data(),
+          .k_cache = k_cache,
+          .v_cache = v_cache,
           .kv_dtype = kv_dtype,
           .k_scale = k_scale,
           .v_scale = v_scale,
           .qo_indptr = meta + qo_indptr_,
           .page_indptr = meta + qs.pages.indptr,
-          .page_ids = index_ptr_ + qs.pages.out,
+          .page_ids = page_ids,
           .kv_lens = meta + qs.kv_lens,
           .out = io.out,
           .batch = batch.batch_size(),
@@ -312,14 +342,14 @@ class CudaPagedBackend final : public AttentionBackend {
           .num_q_heads = layer.num_heads,
           .num_kv_heads = layer.num_kv_heads,
           .head_dim = layer.head_dim,
-          .page_size = pool.config().page_size,
+          .page_size = page_size,
           .causal = !layer.is_cross_attention,
           .sm_scale = layer.scaling,
       };
       ops::paged_prefill(platform_, p);
       return;
     }
-    const ops::PagedDecodePlan& plan = decode_plan(qs, layer, pool.config().page_size);
+    const ops::PagedDecodePlan& plan = decode_plan(qs, layer, page_size);
     Buffer& workspace = graph_ ? graph_workspace_ : workspace_;
     if (plan.workspace_floats * sizeof(float) > workspace.bytes()) {
       KV_CHECK(!graph_, "cuda-paged: a decode graph needs {} split floats, {} preallocated",
@@ -333,13 +363,13 @@ class CudaPagedBackend final : public AttentionBackend {
                            static_cast<size_t>(layer.head_dim);
     ops::PagedDecodeParams p{
         .q = io.q,
-        .k_cache = pool.k_buffer(layer.layer_id).data(),
-        .v_cache = pool.v_buffer(layer.layer_id).data(),
+        .k_cache = k_cache,
+        .v_cache = v_cache,
         .kv_dtype = kv_dtype,
         .k_scale = k_scale,
         .v_scale = v_scale,
         .page_indptr = meta + qs.starts,
-        .page_ids = index_ptr_ + qs.pages.out,
+        .page_ids = page_ids,
         .seq_lens = meta + qs.lens,
         .out = io.out,
         .partial_out = plan.num_splits > 1 ? ws : nullptr,
@@ -348,7 +378,7 @@ class CudaPagedBackend final : public AttentionBackend {
         .num_q_heads = layer.num_heads,
         .num_kv_heads = layer.num_kv_heads,
         .head_dim = layer.head_dim,
-        .page_size = pool.config().page_size,
+        .page_size = page_size,
         .num_splits = plan.num_splits,
         .tokens_per_split = plan.tokens_per_split,
         .min_tokens_per_split = plan.min_tokens_per_split,
@@ -359,6 +389,73 @@ class CudaPagedBackend final : public AttentionBackend {
     } else {
       ops::paged_decode(platform_, p);
     }
+  }
+
+  // Head dims of the paged kernels (decode, decode_tc, prefill).
+  static bool paged_head_dim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+  // cuda-ragged: copies the layer's K and V rows of `qs`'s slot list, in list order, into the
+  // contiguous buffers (the cache's bytes, fp8 as stored; `widen`: fp8 into bf16 values for the
+  // varlen kernel). Row indptr[b] + t is then request b's position t.
+  void gather(const QuerySet& qs, const AttentionLayer& layer, mem::MHATokenToKVPool& pool,
+              DType out_dtype) {
+    const DType kv_dtype = pool.config().dtype;
+    const int64_t kv_width = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+    const size_t bytes = static_cast<size_t>(qs.pages.entries * kv_width) * dtype_size(out_dtype);
+    reserve(k_gathered_, bytes, "gathered K");
+    reserve(v_gathered_, bytes, "gathered V");
+    const TensorView kc = pool.k_buffer(layer.layer_id);
+    ops::gather_kv(platform_, {.k_cache = kc.data(),
+                               .v_cache = pool.v_buffer(layer.layer_id).data(),
+                               .slots = index_ptr_ + qs.pages.out,
+                               .k_out = k_gathered_.data(),
+                               .v_out = v_gathered_.data(),
+                               .dtype = out_dtype,
+                               .cache_dtype = kv_dtype,
+                               .k_scale = pool.k_scale(layer.layer_id),
+                               .v_scale = pool.v_scale(layer.layer_id),
+                               .num_tokens = qs.pages.entries,
+                               .row_elems = kv_width,
+                               .num_slots = kc.dim(0)});
+  }
+
+  // cuda-ragged at a head dim the paged kernels lack: the CUDA-core varlen kernel over bf16 rows
+  // (an fp8 cache widened by the gather), sequences cut by the forward's cu_q and the slot lists'
+  // indptr.
+  void run_varlen(const AttentionIO& io, const AttentionLayer& layer,
+                  const model::ForwardBatch& batch, const QuerySet& qs) {
+    gather(qs, layer, *batch.kv_pool, io.dtype);
+    const int32_t* meta = meta_.device();
+    const int64_t q_width = static_cast<int64_t>(layer.num_heads) * layer.head_dim;
+    const int64_t kv_width = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+    ops::varlen_attention(platform_, {.q = io.q,
+                                      .k = k_gathered_.data(),
+                                      .v = v_gathered_.data(),
+                                      .out = io.out,
+                                      .cu_q = meta + qo_indptr_,
+                                      .cu_kv = meta + qs.pages.indptr,
+                                      .dtype = io.dtype,
+                                      .num_seqs = batch.batch_size(),
+                                      .max_q_len = max_q_len_,
+                                      .q_stride = q_width,
+                                      .k_stride = kv_width,
+                                      .v_stride = kv_width,
+                                      .out_stride = q_width,
+                                      .num_heads = layer.num_heads,
+                                      .num_kv_heads = layer.num_kv_heads,
+                                      .head_dim = layer.head_dim,
+                                      .scaling = layer.scaling,
+                                      .causal = !layer.is_cross_attention});
+  }
+
+  // Grows `buf` to at least `bytes` (contents are not kept).
+  void reserve(Buffer& buf, size_t bytes, const char* what) {
+    if (bytes <= buf.bytes()) return;
+    buf = Buffer();
+    auto grown = platform_.allocate_buffer(bytes);
+    KV_CHECK(grown.is_ok(), "{} {} buffer of {} bytes: {}", name(), what, bytes,
+             grown.status().to_string());
+    buf = std::move(*grown);
   }
 
   // Whether decode runs on the tensor-core kernel (CudaPagedOptions::decode_tc).
@@ -424,7 +521,10 @@ class CudaPagedBackend final : public AttentionBackend {
   PlanKey plan_key_;
   int64_t loc_ = 0;
   int64_t encoder_loc_ = 0;
-  int64_t qo_indptr_ = 0;  // [batch + 1] when the prefill kernel runs
+  int64_t qo_indptr_ = 0;  // [batch + 1] when the prefill kernel runs, and always for cuda-ragged
+  int32_t max_q_len_ = 0;  // the batch's longest extend (the varlen kernel's grid)
+  Buffer k_gathered_;      // cuda-ragged: the layer's gathered K rows, grown on demand
+  Buffer v_gathered_;
   QuerySet self_;
   QuerySet cross_;
 };
@@ -433,6 +533,12 @@ class CudaPagedBackend final : public AttentionBackend {
 
 std::unique_ptr<AttentionBackend> make_cuda_paged_backend(platform::Platform& platform,
                                                           CudaPagedOptions options) {
+  return std::make_unique<CudaPagedBackend>(platform, options);
+}
+
+std::unique_ptr<AttentionBackend> make_cuda_ragged_backend(platform::Platform& platform,
+                                                           CudaPagedOptions options) {
+  options.gather = true;
   return std::make_unique<CudaPagedBackend>(platform, options);
 }
 

@@ -115,7 +115,9 @@ __global__ void __launch_bounds__(kThreads)
       o[g][i] = 0.f;
   }
 
-  const int32_t* pages = p.page_ids + p.page_indptr[b];
+  // Contiguous K/V (page_ids null, page size 1): position t is row first + t.
+  const int32_t first = p.page_indptr[b];
+  const int32_t* pages = p.page_ids == nullptr ? nullptr : p.page_ids + first;
   const auto* kc = static_cast<const KV*>(p.k_cache);
   const auto* vc = static_cast<const KV*>(p.v_cache);
   const int64_t row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
@@ -134,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
       vraw[u] = zero_raw<KV>();
       if (t < end) {
         const int64_t slot =
-            PAGE_SIZE == 1 ? pages[t]
+            PAGE_SIZE == 1 ? (pages == nullptr ? int64_t{first} + t : int64_t{pages[t]})
                            : static_cast<int64_t>(pages[t / PAGE_SIZE]) * PAGE_SIZE + t % PAGE_SIZE;
         kraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(kc + slot * row + col));
         vraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(vc + slot * row + col));

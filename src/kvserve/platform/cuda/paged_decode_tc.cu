@@ -136,7 +136,9 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
   }
 
   // Loads: thread tid copies chunk tid % kLoadChunks of rows tid / kLoadChunks + i * kRowStep.
-  const int32_t* pages = p.page_ids + p.page_indptr[b];
+  // Contiguous K/V (page_ids null, page_shift 0): position t is row first + t.
+  const int32_t first = p.page_indptr[b];
+  const int32_t* pages = p.page_ids == nullptr ? nullptr : p.page_ids + first;
   const auto* kg = static_cast<const KV*>(p.k_cache);
   const auto* vg = static_cast<const KV*>(p.v_cache);
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
@@ -148,7 +150,9 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
 #pragma unroll
     for (int i = 0; i < kR; ++i) {
       const int t = begin + j * kDecTile + ld_row + i * T::kRowStep;
-      pg[i] = j < n_tiles && t < end ? __ldg(pages + (t >> page_shift)) : 0;
+      pg[i] = !(j < n_tiles && t < end) ? 0
+              : pages == nullptr        ? first + t
+                                        : __ldg(pages + (t >> page_shift));
     }
   };
   auto issue = [&](const int(&pg)[kR], int j) {

@@ -119,7 +119,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   const auto* qg = static_cast<const __nv_bfloat16*>(p.q);
   const auto* kg = static_cast<const KV*>(p.k_cache);
   const auto* vg = static_cast<const KV*>(p.v_cache);
-  const int32_t* pages = p.page_ids + p.page_indptr[b];
+  // Contiguous K/V (page_ids null, page_shift 0): position t is row first + t.
+  const int32_t first = p.page_indptr[b];
+  const int32_t* pages = p.page_ids == nullptr ? nullptr : p.page_ids + first;
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
   const int page_mask = (1 << page_shift) - 1;
 
@@ -147,7 +149,9 @@ __global__ void __launch_bounds__(WARPS * 32)
       int64_t off = 0;
       if (valid) {
         const int64_t slot =
-            (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
+            pages == nullptr
+                ? int64_t{first} + t
+                : (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
         off = slot * kv_row + static_cast<int64_t>(kvh) * HEAD_DIM + c * T::kLoadElems;
       }
       cp_async16(smem_u32(dk + T::stage_at(r, c)), kg + off, valid);

@@ -274,7 +274,7 @@ void varlen_attention(const ops::VarlenAttentionParams& p, StreamHandle stream) 
 
 void gather_kv(const ops::GatherKvParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
-  if (is_float8(p.cache_dtype)) {
+  if (is_float8(p.cache_dtype) && p.dtype != p.cache_dtype) {
     KV_CHECK_MSG(p.dtype == DType::kBF16 && p.row_elems % 2 == 0,
                  "gather_kv: an fp8 cache gathers into bf16 rows of an even width");
     const auto grid = static_cast<unsigned>(p.num_tokens);

@@ -45,7 +45,13 @@ void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
            "{} splits need a workspace", params.num_splits);
   KV_CHECK(is_paged_kv_dtype(params.kv_dtype), "paged decode reads a bf16 or fp8 KV cache, not {}",
            dtype_name(params.kv_dtype));
+  check_kv_addressing(params.page_ids, params.page_size);
   platform::cuda::paged_decode(params, platform.resolve(stream));
+}
+
+void check_kv_addressing(const int32_t* page_ids, int32_t page_size) {
+  KV_CHECK(page_ids != nullptr || page_size == 1,
+           "contiguous K/V (no page ids) are read with page size 1, not {}", page_size);
 }
 
 bool is_paged_kv_dtype(DType t) {
@@ -77,7 +83,7 @@ void paged_decode(const PagedDecodeParams& p, float* out) {
   std::vector<double> scores;
   for (int32_t b = 0; b < p.batch; ++b) {
     const int32_t seq = p.seq_lens[b];
-    const int32_t* pages = p.page_ids + p.page_indptr[b];
+    const int32_t first = p.page_indptr[b];
     for (int32_t h = 0; h < p.num_q_heads; ++h) {
       const int32_t kvh = h / group;
       const uint16_t* qh = q + (static_cast<int64_t>(b) * p.num_q_heads + h) * p.head_dim;
@@ -85,8 +91,7 @@ void paged_decode(const PagedDecodeParams& p, float* out) {
       scores.assign(seq, 0.0);
       double mx = -INFINITY;
       for (int32_t t = 0; t < seq; ++t) {
-        const int64_t slot =
-            static_cast<int64_t>(pages[t / p.page_size]) * p.page_size + t % p.page_size;
+        const int64_t slot = kv_row_of(p.page_ids, first, p.page_size, t);
         const int64_t kt = slot * row + static_cast<int64_t>(kvh) * p.head_dim;
         double s = 0;
         for (int32_t d = 0; d < p.head_dim; ++d)
@@ -100,8 +105,7 @@ void paged_decode(const PagedDecodeParams& p, float* out) {
       for (int32_t d = 0; d < p.head_dim; ++d) {
         double acc = 0;
         for (int32_t t = 0; t < seq; ++t) {
-          const int64_t slot =
-              static_cast<int64_t>(pages[t / p.page_size]) * p.page_size + t % p.page_size;
+          const int64_t slot = kv_row_of(p.page_ids, first, p.page_size, t);
           acc += scores[t] * v_at(slot * row + static_cast<int64_t>(kvh) * p.head_dim + d);
         }
         oh[d] = seq == 0 ? 0.0f : static_cast<float>(acc / sum);

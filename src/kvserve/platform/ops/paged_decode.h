@@ -33,6 +33,17 @@ int32_t num_compute_units(platform::Platform& platform);
 // The KV cache dtypes the paged kernels read: bf16, fp8_e4m3, fp8_e5m2 (params' kv_dtype).
 bool is_paged_kv_dtype(DType t);
 
+// The K/V row of position t for a query whose page list starts at page_indptr entry `first`:
+// through page_ids, or row first + t for contiguous K/V (page_ids null; params headers). Host side:
+// the float64 references; the kernels inline the same rule.
+inline int64_t kv_row_of(const int32_t* page_ids, int32_t first, int32_t page_size, int32_t t) {
+  if (page_ids == nullptr) return int64_t{first} + t;
+  return static_cast<int64_t>(page_ids[first + t / page_size]) * page_size + t % page_size;
+}
+
+// CHECKs what every paged kernel needs of its addressing: contiguous K/V come with page size 1.
+void check_kv_addressing(const int32_t* page_ids, int32_t page_size);
+
 // Runs on `stream`. CUDA only for now; the CPU platform's attention is the `cpu` backend.
 void paged_decode(platform::Platform& platform, const PagedDecodeParams& params,
                   platform::StreamHandle stream = {});

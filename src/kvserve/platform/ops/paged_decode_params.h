@@ -4,6 +4,12 @@
 // a CSR page table (SGLang's kv_indptr / kv_indices at page granularity):
 //   token t of request b lives in slot page_ids[page_indptr[b] + t / page_size] * page_size
 //   + t % page_size, for t < seq_lens[b].
+// Contiguous K/V (page_ids == nullptr, page_size 1): token t of request b is row
+// page_indptr[b] + t of k_cache / v_cache, as in a varlen kernel's cu_seqlens_k layout. This is
+// the gather path's read (cuda-ragged: the request's slots copied into one buffer): the same
+// kernels, the same tiles and splits, only the address differs, so its output equals the in-place
+// read of the same K/V bit for bit (seed 000: FlashAttention's paged and varlen entries are one
+// kernel).
 // Pool rows are [num_slots, num_kv_heads, head_dim] (MHATokenToKVPool's layout) in bf16, or in
 // fp8 (e4m3 / e5m2) with the layer's scales: the value a kernel uses is stored * k_scale (V:
 // v_scale), the pool's convention (kv_pool.h: stored = value / scale). Kernels fold k_scale into
@@ -36,11 +42,11 @@ struct PagedDecodeParams {
   // Where query b's page list starts in page_ids: a CSR indptr works as is, and queries of one
   // request (the tokens of an extend) may share a list, each seeing its own seq_lens[b] prefix.
   const int32_t* page_indptr = nullptr;  // [batch] (or [batch + 1])
-  const int32_t* page_ids = nullptr;
-  const int32_t* seq_lens = nullptr;  // [batch]
-  void* out = nullptr;                // [batch, num_q_heads, head_dim] bf16
-  float* partial_out = nullptr;       // [batch, num_q_heads, num_splits, head_dim], num_splits > 1
-  float* partial_lse = nullptr;       // [batch, num_q_heads, num_splits] (log2 domain)
+  const int32_t* page_ids = nullptr;     // nullptr: contiguous K/V (page_size 1)
+  const int32_t* seq_lens = nullptr;     // [batch]
+  void* out = nullptr;                   // [batch, num_q_heads, head_dim] bf16
+  float* partial_out = nullptr;  // [batch, num_q_heads, num_splits, head_dim], num_splits > 1
+  float* partial_lse = nullptr;  // [batch, num_q_heads, num_splits] (log2 domain)
   int32_t batch = 0;
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;

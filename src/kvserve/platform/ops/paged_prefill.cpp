@@ -59,6 +59,7 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
            "{} query heads over {} KV heads", params.num_q_heads, params.num_kv_heads);
   KV_CHECK(is_paged_kv_dtype(params.kv_dtype), "paged prefill reads a bf16 or fp8 KV cache, not {}",
            dtype_name(params.kv_dtype));
+  check_kv_addressing(params.page_ids, params.page_size);
   PagedPrefillParams p = params;
   p.variant = choose_prefill_variant(params.variant, params.total_q, params.batch,
                                      params.num_q_heads / params.num_kv_heads);
@@ -145,6 +146,7 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
            "{} splits need a workspace", params.num_splits);
   KV_CHECK(is_paged_kv_dtype(params.kv_dtype), "paged decode reads a bf16 or fp8 KV cache, not {}",
            dtype_name(params.kv_dtype));
+  check_kv_addressing(params.page_ids, params.page_size);
 #if KVSERVE_WITH_CUDA
   platform::cuda::paged_decode_tc(params, resolve_decode_tc_stages(stages, params.head_dim),
                                   platform.resolve(stream));
@@ -173,11 +175,10 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
     const int32_t i = t - p.qo_indptr[b];
     const int32_t kv_len = p.kv_lens[b];
     const int32_t visible = p.causal ? std::clamp(kv_len - q_len + i + 1, 0, kv_len) : kv_len;
-    const int32_t* pages = p.page_ids + p.page_indptr[b];
     std::vector<double> scores(static_cast<size_t>(visible));
     std::vector<int64_t> slots(static_cast<size_t>(visible));
     for (int32_t j = 0; j < visible; ++j)
-      slots[j] = static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size;
+      slots[j] = kv_row_of(p.page_ids, p.page_indptr[b], p.page_size, j);
     for (int32_t h = 0; h < p.num_q_heads; ++h) {
       const int64_t kv_col = static_cast<int64_t>(h / group) * p.head_dim;
       const uint16_t* qh = q + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim;

@@ -4,6 +4,8 @@
 // the CSR page table of paged decode (paged_decode_params.h):
 //   KV position t of request b lives in slot page_ids[page_indptr[b] + t / page_size] * page_size
 //   + t % page_size, for t < kv_lens[b].
+// Contiguous K/V (page_ids == nullptr, page_size 1): position t of request b is row
+// page_indptr[b] + t (paged_decode_params.h: the gather path, bit-identical to the in-place read).
 // Queries are ragged: request b's tokens are rows [qo_indptr[b], qo_indptr[b + 1]) of q and out.
 // kv_lens[b] counts the cached prefix and the new tokens, whose K/V are already in the pool.
 // Causal: query i of request b (q_len = qo_indptr[b + 1] - qo_indptr[b]) sees KV positions
@@ -36,9 +38,9 @@ struct PagedPrefillParams {
   float v_scale = 1.0f;
   const int32_t* qo_indptr = nullptr;    // [batch + 1]
   const int32_t* page_indptr = nullptr;  // [batch] (or [batch + 1]): where b's page list starts
-  const int32_t* page_ids = nullptr;
-  const int32_t* kv_lens = nullptr;  // [batch]
-  void* out = nullptr;               // [total_q, num_q_heads, head_dim] bf16
+  const int32_t* page_ids = nullptr;     // nullptr: contiguous K/V (page_size 1)
+  const int32_t* kv_lens = nullptr;      // [batch]
+  void* out = nullptr;                   // [total_q, num_q_heads, head_dim] bf16
   int32_t batch = 0;
   int32_t total_q = 0;  // qo_indptr[batch], known on the host (sizes the grid)
   int32_t num_q_heads = 0;

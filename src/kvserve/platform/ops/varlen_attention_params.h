@@ -12,10 +12,11 @@ namespace kvserve::ops {
 
 // k_out[i] = k_cache[slots[i]], v_out[i] = v_cache[slots[i]] for i < num_tokens: rows of
 // row_elems elements (num_kv_heads * head_dim). Every slot must be in [0, num_slots).
-// The rows are copied as they are (a cache of `dtype`), or, when cache_dtype is fp8 (kFP8E4M3 /
-// kFP8E5M2: the pool stores bytes), converted into bf16 rows (dtype must be kBF16):
+// The rows are copied as they are (a cache of `dtype`; an fp8 cache's bytes too when dtype is
+// that fp8 type: the paged kernels' contiguous mode reads them and applies the scales), or, when
+// cache_dtype is fp8 (kFP8E4M3 / kFP8E5M2: the pool stores bytes) and dtype is kBF16, converted:
 // k_out = stored * k_scale, v_out = stored * v_scale (the pool's convention, kv_pool.h), so the
-// varlen kernel reads values and stays as it is. A non-fp8 cache_dtype is ignored.
+// varlen kernel reads values. A non-fp8 cache_dtype is ignored.
 struct GatherKvParams {
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
