@@ -5,7 +5,9 @@
 // extend over a cached prefix, and cross-attention), on bf16 and fp8 pools at page sizes 1, 16 and
 // 128, GQA groups 1 and 4, head dims 64 and 128, with an empty request. The contiguous K/V come
 // from ops::gather_kv on the device (an fp8 pool's bytes copied as stored), as the backend makes
-// them. Skips itself without a CUDA device. Seeds are printed.
+// them. And the prefill kernel's strided rows (Whisper's encoder reads packed q|k|v rows). Skips
+// itself without a CUDA device. Seeds are printed.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -295,6 +297,77 @@ TEST_P(ContiguousKv, PrefillKernelEqualsInPlaceRead) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, ContiguousKv, testing::ValuesIn(cases()), case_name);
+
+// Strided rows (q_stride / kv_stride): the prefill kernel reading q, k and v in place from packed
+// q|k|v rows, as Whisper's encoder does, equals the same kernel on dense copies bit for bit; two
+// sequences, not causal and causal, GQA groups 1 and 4, head dims 64 and 128.
+TEST(ContiguousKvStrided, PrefillReadsPackedRowsInPlace) {
+  auto made = platform::create_platform(Device{DeviceKind::kCuda, 0});
+  if (!made.is_ok()) GTEST_SKIP() << made.status().to_string();
+  platform::Platform& cuda = **made;
+  const uint64_t seed = 13000;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int32_t> cu = {0, 700, 1500};  // two sequences, queries = keys
+  const int32_t n = cu.back();
+  for (const int32_t d : {64, 128}) {
+    for (const int32_t group : {1, 4}) {
+      const int32_t kvh = 2, hq = kvh * group;
+      const int64_t qw = int64_t{hq} * d, kw = int64_t{kvh} * d, row = qw + 2 * kw;
+      const std::vector<uint16_t> packed = random_q(rng, n * row);
+      std::vector<uint16_t> q, k, v;
+      for (int32_t t = 0; t < n; ++t) {
+        const auto r = packed.begin() + t * row;
+        q.insert(q.end(), r, r + qw);
+        k.insert(k.end(), r + qw, r + qw + kw);
+        v.insert(v.end(), r + qw + kw, r + row);
+      }
+      auto upload = [&](const auto& host) {
+        Buffer b = std::move(cuda.allocate_buffer(host.size() * sizeof(host[0])).value());
+        cuda.copy(b.data(), host.data(), host.size() * sizeof(host[0]),
+                  platform::CopyKind::kHostToDevice);
+        return b;
+      };
+      Buffer d_packed = upload(packed), d_q = upload(q), d_k = upload(k), d_v = upload(v);
+      Buffer d_cu = upload(cu);
+      const std::vector<int32_t> lens = {cu[1] - cu[0], cu[2] - cu[1]};
+      Buffer d_lens = upload(lens);
+      const size_t out_elems = static_cast<size_t>(n) * qw;
+      Buffer d_out = std::move(cuda.allocate_buffer(out_elems * 2).value());
+      for (const bool causal : {false, true}) {
+        SCOPED_TRACE(fmt::format("d {} group {} {}", d, group, causal ? "causal" : "full"));
+        std::vector<uint16_t> outs[2];
+        for (const bool strided : {false, true}) {
+          ops::PagedPrefillParams p;
+          const auto* base = d_packed.data_as<uint16_t>();
+          p.q = strided ? static_cast<const void*>(base) : d_q.data();
+          p.k_cache = strided ? static_cast<const void*>(base + qw) : d_k.data();
+          p.v_cache = strided ? static_cast<const void*>(base + qw + kw) : d_v.data();
+          p.q_stride = strided ? row : 0;
+          p.kv_stride = strided ? row : 0;
+          p.qo_indptr = d_cu.data_as<int32_t>();
+          p.page_indptr = d_cu.data_as<int32_t>();
+          p.page_ids = nullptr;
+          p.page_size = 1;
+          p.kv_lens = d_lens.data_as<int32_t>();
+          p.out = d_out.data();
+          p.batch = 2;
+          p.total_q = n;
+          p.num_q_heads = hq;
+          p.num_kv_heads = kvh;
+          p.head_dim = d;
+          p.causal = causal;
+          p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+          cuda.memset(d_out.data(), 0xff, out_elems * 2);
+          ops::paged_prefill(cuda, p);
+          outs[strided] = read(cuda, d_out, out_elems);
+        }
+        EXPECT_EQ(first_difference(outs[0], outs[1]), -1);
+        EXPECT_EQ(std::count(outs[1].begin(), outs[1].end(), uint16_t{0xffff}), 0);
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace kvserve

@@ -3,7 +3,7 @@
 // position: the rows cuda-ragged gathers). The same K/V read either way must give the same
 // result, bit for bit, for decode, the parallel decode and prefill (causal and not); the GPU
 // suite contiguous_kv_test holds the kernels to the same. A contiguous read with a page size other
-// than 1 is a bug: a CHECK.
+// than 1 is a bug: a CHECK. And the prefill reference's strided rows (packed q|k|v).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -138,6 +138,47 @@ TEST(KvAddressing, PrefillReferencesReadBothAlike) {
       ops::reference::paged_prefill(p, out[contiguous].data());
     }
     EXPECT_EQ(out[0], out[1]);
+  }
+}
+
+// Strided rows (PagedPrefillParams::q_stride / kv_stride): the reference reading packed q|k|v rows
+// in place equals it on dense copies.
+TEST(KvAddressing, PrefillReferenceReadsPackedRows) {
+  const std::vector<int32_t> cu = {0, 5, 12};
+  const int32_t n = cu.back();
+  const int64_t qw = int64_t{kQHeads} * kDim, kw = kRow, row = qw + 2 * kw;
+  const std::vector<uint16_t> packed = random_q(21, static_cast<size_t>(n * row));
+  std::vector<uint16_t> q, k, v;
+  for (int32_t t = 0; t < n; ++t) {
+    const auto r = packed.begin() + t * row;
+    q.insert(q.end(), r, r + qw);
+    k.insert(k.end(), r + qw, r + qw + kw);
+    v.insert(v.end(), r + qw + kw, r + row);
+  }
+  const std::vector<int32_t> lens = {5, 7};
+  for (const bool causal : {true, false}) {
+    std::vector<float> out[2];
+    for (const bool strided : {false, true}) {
+      ops::PagedPrefillParams p;
+      p.q = strided ? packed.data() : q.data();
+      p.k_cache = strided ? packed.data() + qw : k.data();
+      p.v_cache = strided ? packed.data() + qw + kw : v.data();
+      p.q_stride = strided ? row : 0;
+      p.kv_stride = strided ? row : 0;
+      p.qo_indptr = cu.data();
+      p.page_indptr = cu.data();
+      p.kv_lens = lens.data();
+      p.batch = 2;
+      p.total_q = n;
+      p.num_q_heads = kQHeads;
+      p.num_kv_heads = kKvHeads;
+      p.head_dim = kDim;
+      p.causal = causal;
+      p.sm_scale = 0.35f;
+      out[strided].assign(static_cast<size_t>(n * qw), -1.f);
+      ops::reference::paged_prefill(p, out[strided].data());
+    }
+    EXPECT_EQ(out[0], out[1]) << (causal ? "causal" : "full");
   }
 }
 

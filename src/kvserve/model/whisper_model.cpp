@@ -11,6 +11,7 @@
 
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
+#include "kvserve/platform/ops/paged_prefill.h"
 #include "kvserve/platform/ops/varlen_attention.h"
 #include "kvserve/platform/ops/whisper_ops.h"
 
@@ -58,6 +59,9 @@ struct WhisperModel::Workspace {
   bool encoder_ready = false;
   Tensor features;  // [mels, frames] in the compute dtype (off the CPU)
   Tensor conv, col, hidden, delta, normed, qkv, attn, ffn, encoded;
+  // i32 {0, s, s} on the device: the encoder's one sequence for the tensor-core attention
+  // (qo_indptr {0, s}, its K/V rows from 0, kv_lens {s}).
+  Tensor encoder_seq;
   int64_t tokens = 0;
   Tensor h, d, n, q, k, v, a, f;
   int64_t encoder_rows = 0;
@@ -353,8 +357,25 @@ void WhisperModel::reserve_encoder() {
                                {&w.encoded, on_cpu ? 1 : s, d}}) {
     if (st.is_ok()) st = grow(platform_, *t, dtype_, rows, cols);
   }
+  if (st.is_ok() && encoder_attention_on_tensor_cores()) {
+    auto seq = platform_.empty(DType::kI32, {3});
+    st = seq.status();
+    if (st.is_ok()) {
+      w.encoder_seq = std::move(*seq);
+      const std::array<int32_t, 3> ints = {0, static_cast<int32_t>(s), static_cast<int32_t>(s)};
+      platform_.copy(w.encoder_seq.data(), ints.data(), sizeof(ints),
+                     platform::CopyKind::kHostToDevice);
+      platform_.synchronize();
+    }
+  }
   check_reserved(st);
   w.encoder_ready = true;
+}
+
+bool WhisperModel::encoder_attention_on_tensor_cores() const {
+  const int32_t head_dim = config_.encoder_head_dim();
+  return !platform_.device().is_cpu() && dtype_ == DType::kBF16 &&
+         (head_dim == 64 || head_dim == 128) && config_.d_model % 8 == 0;
 }
 
 Status WhisperModel::encode(std::span<const float> features, void* out) {
@@ -439,25 +460,49 @@ Status WhisperModel::encode(std::span<const float> features, void* out) {
     const Attention& a = l.self_attn;
     layer_norm(pending ? delta : hidden, pending ? hidden : nullptr, a.norm, normed, s);
     linear(normed, a.qkv, qkv, s, 3 * d, d, d);
-    // Every position attends to every position: one sequence, not causal, over the packed rows.
-    ops::varlen_attention(platform_, {.q = qkv,
-                                      .k = qkv + d * es,
-                                      .v = qkv + 2 * d * es,
-                                      .out = attn,
-                                      .dtype = dtype_,
-                                      .num_seqs = 1,
-                                      .max_q_len = static_cast<int32_t>(s),
-                                      .num_q = s,
-                                      .num_kv = s,
-                                      .q_stride = 3 * d,
-                                      .k_stride = 3 * d,
-                                      .v_stride = 3 * d,
-                                      .out_stride = d,
-                                      .num_heads = heads,
-                                      .num_kv_heads = heads,
-                                      .head_dim = head_dim,
-                                      .scaling = 1.0f / std::sqrt(static_cast<float>(head_dim)),
-                                      .causal = false});
+    // Every position attends to every position: one sequence, not causal, read in place from the
+    // packed q|k|v rows. On CUDA the tensor-core prefill kernel (contiguous K/V, strided rows);
+    // elsewhere, and at head dims it lacks, varlen attention.
+    if (encoder_attention_on_tensor_cores()) {
+      const auto* seq = w.encoder_seq.data_as<int32_t>();
+      ops::paged_prefill(platform_, {.q = qkv,
+                                     .k_cache = qkv + d * es,
+                                     .v_cache = qkv + 2 * d * es,
+                                     .qo_indptr = seq,
+                                     .page_indptr = seq,
+                                     .page_ids = nullptr,
+                                     .kv_lens = seq + 2,
+                                     .out = attn,
+                                     .q_stride = 3 * d,
+                                     .kv_stride = 3 * d,
+                                     .batch = 1,
+                                     .total_q = static_cast<int32_t>(s),
+                                     .num_q_heads = heads,
+                                     .num_kv_heads = heads,
+                                     .head_dim = head_dim,
+                                     .page_size = 1,
+                                     .causal = false,
+                                     .sm_scale = 1.0f / std::sqrt(static_cast<float>(head_dim))});
+    } else {
+      ops::varlen_attention(platform_, {.q = qkv,
+                                        .k = qkv + d * es,
+                                        .v = qkv + 2 * d * es,
+                                        .out = attn,
+                                        .dtype = dtype_,
+                                        .num_seqs = 1,
+                                        .max_q_len = static_cast<int32_t>(s),
+                                        .num_q = s,
+                                        .num_kv = s,
+                                        .q_stride = 3 * d,
+                                        .k_stride = 3 * d,
+                                        .v_stride = 3 * d,
+                                        .out_stride = d,
+                                        .num_heads = heads,
+                                        .num_kv_heads = heads,
+                                        .head_dim = head_dim,
+                                        .scaling = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                                        .causal = false});
+    }
     linear(attn, a.o, delta, s, d, d, d);
     feed_forward(l.ffn, delta, hidden, normed, f, s, ffn);
     pending = true;

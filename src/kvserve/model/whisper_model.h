@@ -80,6 +80,9 @@ class WhisperModel {
   void feed_forward(const Ffn& ffn, void* delta, void* residual, void* normed, void* hidden,
                     int64_t rows, int64_t dim);
   void reserve_encoder();  // the encoder's activations (fixed size), once
+  // Whether the encoder's self-attention runs the tensor-core prefill kernel (CUDA, bf16, head_dim
+  // 64 or 128) rather than varlen attention.
+  bool encoder_attention_on_tensor_cores() const;
 
   WhisperConfig config_;
   platform::Platform& platform_;

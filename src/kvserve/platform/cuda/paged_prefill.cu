@@ -122,7 +122,10 @@ __global__ void __launch_bounds__(WARPS * 32)
   // Contiguous K/V (page_ids null, page_shift 0): position t is row first + t.
   const int32_t first = p.page_indptr[b];
   const int32_t* pages = p.page_ids == nullptr ? nullptr : p.page_ids + first;
-  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
+  const int64_t kv_row =
+      p.kv_stride != 0 ? p.kv_stride : static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
+  const int64_t q_row =
+      p.q_stride != 0 ? p.q_stride : static_cast<int64_t>(p.num_q_heads) * HEAD_DIM;
   const int page_mask = (1 << page_shift) - 1;
 
   // Q tile -> shared (rows past the request's end are zeros).
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int tok = valid ? m / group : 0;
     const int h = kvh * group + (valid ? m - tok * group : 0);
     const __nv_bfloat16* src =
-        qg + (static_cast<int64_t>(q0 + tok) * p.num_q_heads + h) * HEAD_DIM + c * 8;
+        qg + static_cast<int64_t>(q0 + tok) * q_row + static_cast<int64_t>(h) * HEAD_DIM + c * 8;
     cp_async16(smem_u32(sQ + T::at(r, c)), valid ? src : qg, valid);
   }
   auto load_kv = [&](int j, int stage) {

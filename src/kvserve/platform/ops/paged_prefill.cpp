@@ -60,6 +60,10 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
   KV_CHECK(is_paged_kv_dtype(params.kv_dtype), "paged prefill reads a bf16 or fp8 KV cache, not {}",
            dtype_name(params.kv_dtype));
   check_kv_addressing(params.page_ids, params.page_size);
+  KV_CHECK(params.q_stride % 8 == 0 && params.kv_stride % 8 == 0 && params.q_stride >= 0 &&
+               params.kv_stride >= 0,
+           "row strides {} / {}: multiples of 8 elements (16-byte loads)", params.q_stride,
+           params.kv_stride);
   PagedPrefillParams p = params;
   p.variant = choose_prefill_variant(params.variant, params.total_q, params.batch,
                                      params.num_q_heads / params.num_kv_heads);
@@ -164,7 +168,10 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
   auto k_at = [&](int64_t i) { return kv_value(p.k_cache, p.kv_dtype, i, p.k_scale); };
   auto v_at = [&](int64_t i) { return kv_value(p.v_cache, p.kv_dtype, i, p.v_scale); };
   const int32_t group = p.num_q_heads / p.num_kv_heads;
-  const int64_t row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const int64_t row =
+      p.kv_stride != 0 ? p.kv_stride : static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const int64_t q_row =
+      p.q_stride != 0 ? p.q_stride : static_cast<int64_t>(p.num_q_heads) * p.head_dim;
   const int32_t total = p.qo_indptr[p.batch];
   KV_CHECK(query_step >= 1, "query_step {}", query_step);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -181,7 +188,8 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
       slots[j] = kv_row_of(p.page_ids, p.page_indptr[b], p.page_size, j);
     for (int32_t h = 0; h < p.num_q_heads; ++h) {
       const int64_t kv_col = static_cast<int64_t>(h / group) * p.head_dim;
-      const uint16_t* qh = q + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim;
+      const uint16_t* qh =
+          q + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
       float* oh = out + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim;
       double mx = -INFINITY;
       for (int32_t j = 0; j < visible; ++j) {

@@ -7,6 +7,9 @@
 // Contiguous K/V (page_ids == nullptr, page_size 1): position t of request b is row
 // page_indptr[b] + t (paged_decode_params.h: the gather path, bit-identical to the in-place read).
 // Queries are ragged: request b's tokens are rows [qo_indptr[b], qo_indptr[b + 1]) of q and out.
+// Rows of q and of the K/V caches are dense ([heads, head_dim]) unless q_stride / kv_stride give
+// another distance between consecutive rows, in elements (a multiple of 8, 16-byte aligned bases):
+// Whisper's encoder reads its packed q|k|v rows in place (stride 3 x d_model).
 // kv_lens[b] counts the cached prefix and the new tokens, whose K/V are already in the pool.
 // Causal: query i of request b (q_len = qo_indptr[b + 1] - qo_indptr[b]) sees KV positions
 // [0, kv_lens[b] - q_len + i]; not causal (cross-attention): all kv_lens[b] positions. A query
@@ -41,6 +44,8 @@ struct PagedPrefillParams {
   const int32_t* page_ids = nullptr;     // nullptr: contiguous K/V (page_size 1)
   const int32_t* kv_lens = nullptr;      // [batch]
   void* out = nullptr;                   // [total_q, num_q_heads, head_dim] bf16
+  int64_t q_stride = 0;                  // elements between query rows; 0: num_q_heads * head_dim
+  int64_t kv_stride = 0;  // elements between K (and V) rows; 0: num_kv_heads * head_dim
   int32_t batch = 0;
   int32_t total_q = 0;  // qo_indptr[batch], known on the host (sizes the grid)
   int32_t num_q_heads = 0;
