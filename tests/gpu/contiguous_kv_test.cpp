@@ -23,6 +23,7 @@
 #include "kvserve/platform/ops/paged_prefill.h"
 #include "kvserve/platform/ops/varlen_attention.h"
 #include "support/cuda_param_test.h"
+#include "support/packed_qkv.h"
 
 namespace kvserve {
 namespace {
@@ -128,13 +129,7 @@ class Pool {
 
   template <typename T>
   Buffer upload(const std::vector<T>& host) {
-    Buffer buf =
-        std::move(cuda_.allocate_buffer(std::max<size_t>(host.size() * sizeof(T), 16)).value());
-    if (!host.empty()) {
-      cuda_.copy(buf.data(), host.data(), host.size() * sizeof(T),
-                 platform::CopyKind::kHostToDevice);
-    }
-    return buf;
+    return test_support::upload(cuda_, host);
   }
 
  private:
@@ -315,19 +310,8 @@ TEST(ContiguousKvStrided, PrefillReadsPackedRowsInPlace) {
       const int32_t kvh = 2, hq = kvh * group;
       const int64_t qw = int64_t{hq} * d, kw = int64_t{kvh} * d, row = qw + 2 * kw;
       const std::vector<uint16_t> packed = random_q(rng, n * row);
-      std::vector<uint16_t> q, k, v;
-      for (int32_t t = 0; t < n; ++t) {
-        const auto r = packed.begin() + t * row;
-        q.insert(q.end(), r, r + qw);
-        k.insert(k.end(), r + qw, r + qw + kw);
-        v.insert(v.end(), r + qw + kw, r + row);
-      }
-      auto upload = [&](const auto& host) {
-        Buffer b = std::move(cuda.allocate_buffer(host.size() * sizeof(host[0])).value());
-        cuda.copy(b.data(), host.data(), host.size() * sizeof(host[0]),
-                  platform::CopyKind::kHostToDevice);
-        return b;
-      };
+      const auto [q, k, v] = test_support::split_packed_rows(packed, n, qw, kw);
+      auto upload = [&](const auto& host) { return test_support::upload(cuda, host); };
       Buffer d_packed = upload(packed), d_q = upload(q), d_k = upload(k), d_v = upload(v);
       Buffer d_cu = upload(cu);
       const std::vector<int32_t> lens = {cu[1] - cu[0], cu[2] - cu[1]};

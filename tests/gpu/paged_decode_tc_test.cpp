@@ -200,13 +200,7 @@ class DecodeInputs {
  private:
   template <typename T>
   Buffer upload(const std::vector<T>& host) {
-    Buffer buf =
-        std::move(cuda_.allocate_buffer(std::max<size_t>(host.size() * sizeof(T), 16)).value());
-    if (!host.empty()) {
-      cuda_.copy(buf.data(), host.data(), host.size() * sizeof(T),
-                 platform::CopyKind::kHostToDevice);
-    }
-    return buf;
+    return test_support::upload(cuda_, host);
   }
 
   platform::Platform& cuda_;

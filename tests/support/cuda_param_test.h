@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvserve/bench/attention.h"
 #include "kvserve/core/dtype.h"
+#include "kvserve/core/tensor.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::test_support {
@@ -61,6 +63,18 @@ inline std::vector<Fp8GridPoint> fp8_grid() {
     }
   }
   return out;
+}
+
+// A device copy of `host` (at least 16 bytes, so an empty vector still has an address).
+template <typename T>
+Buffer upload(platform::Platform& platform, const std::vector<T>& host) {
+  Buffer buf =
+      std::move(platform.allocate_buffer(std::max<size_t>(host.size() * sizeof(T), 16)).value());
+  if (!host.empty()) {
+    platform.copy(buf.data(), host.data(), host.size() * sizeof(T),
+                  platform::CopyKind::kHostToDevice);
+  }
+  return buf;
 }
 
 // "fp8_e4m3_ps16_g4_d128": a gtest-safe name for a grid point.

@@ -16,6 +16,7 @@
 #include "kvserve/core/dtype.h"
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/ops/paged_prefill.h"
+#include "support/packed_qkv.h"
 
 namespace kvserve {
 namespace {
@@ -148,13 +149,7 @@ TEST(KvAddressing, PrefillReferenceReadsPackedRows) {
   const int32_t n = cu.back();
   const int64_t qw = int64_t{kQHeads} * kDim, kw = kRow, row = qw + 2 * kw;
   const std::vector<uint16_t> packed = random_q(21, static_cast<size_t>(n * row));
-  std::vector<uint16_t> q, k, v;
-  for (int32_t t = 0; t < n; ++t) {
-    const auto r = packed.begin() + t * row;
-    q.insert(q.end(), r, r + qw);
-    k.insert(k.end(), r + qw, r + qw + kw);
-    v.insert(v.end(), r + qw + kw, r + row);
-  }
+  const auto [q, k, v] = test_support::split_packed_rows(packed, n, qw, kw);
   const std::vector<int32_t> lens = {5, 7};
   for (const bool causal : {true, false}) {
     std::vector<float> out[2];
