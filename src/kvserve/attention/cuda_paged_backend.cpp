@@ -395,8 +395,9 @@ class CudaPagedBackend final : public AttentionBackend {
   static bool paged_head_dim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
   // cuda-ragged: copies the layer's K and V rows of `qs`'s slot list, in list order, into the
-  // contiguous buffers (the cache's bytes, fp8 as stored; `widen`: fp8 into bf16 values for the
-  // varlen kernel). Row indptr[b] + t is then request b's position t.
+  // contiguous buffers as `out_dtype`: the cache's own dtype copies the bytes (fp8 as stored), bf16
+  // from an fp8 cache widens them into values (the varlen kernel's input). Row indptr[b] + t is
+  // then request b's position t.
   void gather(const QuerySet& qs, const AttentionLayer& layer, mem::MHATokenToKVPool& pool,
               DType out_dtype) {
     const DType kv_dtype = pool.config().dtype;
