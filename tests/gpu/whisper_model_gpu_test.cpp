@@ -180,8 +180,8 @@ TEST_F(WhisperGpuTest, EncoderAndFirstLogitsMatchCpu) {
       const double enc = rel_l2(ec, eg);
       const std::vector<WhisperRequest> reqs = {{features[i], {}}};
       const WhisperGenerateOptions o{.max_new_tokens = 1, .keep_logits = true};
-      auto rc = whisper_greedy_generate(*cpu, reqs, o);
-      auto rg = whisper_greedy_generate(*gpu, reqs, o);
+      auto rc = whisper_generate(*cpu, reqs, o);
+      auto rg = whisper_generate(*gpu, reqs, o);
       ASSERT_TRUE(rc.is_ok()) << rc.status().to_string();
       ASSERT_TRUE(rg.is_ok()) << rg.status().to_string();
       const double logits = rel_l2((*rc)[0].step_logits.at(0), (*rg)[0].step_logits.at(0));
@@ -209,7 +209,7 @@ TEST_F(WhisperGpuTest, GreedyTokensEqualTheCpusAcrossLayoutsAndPageSizes) {
   std::vector<WhisperGenerateResult> want;
   for (size_t b = 0; b < reqs.size(); b += 4) {
     const size_t n = std::min<size_t>(4, reqs.size() - b);
-    auto r = whisper_greedy_generate(*cpu, std::span(reqs).subspan(b, n), o);
+    auto r = whisper_generate(*cpu, std::span(reqs).subspan(b, n), o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     want.insert(want.end(), r->begin(), r->end());
   }
@@ -233,7 +233,7 @@ TEST_F(WhisperGpuTest, GreedyTokensEqualTheCpusAcrossLayoutsAndPageSizes) {
       }
       for (size_t b = 0; b < reqs.size(); b += 4) {
         const size_t n = std::min<size_t>(4, reqs.size() - b);
-        auto got = whisper_greedy_generate(*gpu, std::span(reqs).subspan(b, n), o);
+        auto got = whisper_generate(*gpu, std::span(reqs).subspan(b, n), o);
         ASSERT_TRUE(got.is_ok()) << got.status().to_string();
         for (size_t i = 0; i < n; ++i) {
           ++compared;
@@ -268,7 +268,7 @@ TEST_F(WhisperGpuTest, LayoutsPageSizesAndBackendsGiveIdenticalTokensAndLogits) 
     std::vector<WhisperGenerateResult> out;
     for (size_t b = 0; b < reqs.size(); b += 4) {
       const size_t n = std::min<size_t>(4, reqs.size() - b);
-      auto r = whisper_greedy_generate(runner, std::span(reqs).subspan(b, n), o);
+      auto r = whisper_generate(runner, std::span(reqs).subspan(b, n), o);
       EXPECT_TRUE(r.is_ok()) << r.status().to_string();
       if (r.is_ok()) out.insert(out.end(), r->begin(), r->end());
     }
@@ -310,10 +310,10 @@ TEST_F(WhisperGpuTest, BatchedEqualsOneAtATime) {
     const std::vector<WhisperRequest> reqs = {
         {f[0], {}}, {f.back(), {}}, {{}, {}}, {f[f.size() - 2], {50258, 50265, 50359}}};
     const WhisperGenerateOptions o{.max_new_tokens = 8, .keep_logits = true};
-    const auto batched = whisper_greedy_generate(*gpu, reqs, o);
+    const auto batched = whisper_generate(*gpu, reqs, o);
     ASSERT_TRUE(batched.is_ok()) << batched.status().to_string();
     for (size_t b = 0; b < reqs.size(); ++b) {
-      const auto alone = whisper_greedy_generate(*gpu, std::span(&reqs[b], 1), o);
+      const auto alone = whisper_generate(*gpu, std::span(&reqs[b], 1), o);
       ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
       const std::string what = fmt::format("{} request {}", mem::encoder_kv_layout_name(layout), b);
       expect_same_greedy((*alone)[0], (*batched)[b], gpu->generation_config(), what);
@@ -337,7 +337,7 @@ TEST_F(WhisperGpuTest, TextOnlyRequestsNeverReadThePoolForCrossAttention) {
       }
       const std::vector<WhisperRequest> reqs = {{{}, {}}, {{}, {50258}}};
       const auto res =
-          whisper_greedy_generate(*gpu, reqs, {.max_new_tokens = 3, .keep_logits = true});
+          whisper_generate(*gpu, reqs, {.max_new_tokens = 3, .keep_logits = true});
       ASSERT_TRUE(res.is_ok()) << res.status().to_string();
       for (const WhisperGenerateResult& x : *res) {
         for (const std::vector<float>& step : x.step_logits) {

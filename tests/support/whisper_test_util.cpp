@@ -110,16 +110,18 @@ std::unique_ptr<WhisperRunner> make_whisper_runner(const fs::path& dir, int32_t 
 }
 
 Result<LibraryTranscript> transcribe_with_library(const fs::path& model_dir, const fs::path& file,
-                                                  const WhisperGenerateOptions& options) {
+                                                  const WhisperGenerateOptions& options,
+                                                  float temperature, uint64_t seed) {
   LibraryTranscript t;
   KV_ASSIGN_OR_RETURN(const audio::LogMelConfig mel,
                       audio::parse_preprocessor_config(model_dir / "preprocessor_config.json"));
   KV_ASSIGN_OR_RETURN(std::vector<float> features, audio_features(file, mel, &t.seconds));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<WhisperRunner> runner,
                       WhisperRunner::create(model_dir, WhisperRunnerOptions{}));
-  const std::vector<WhisperRequest> requests = {{std::move(features), {}}};
+  const std::vector<WhisperRequest> requests = {
+      {.features = std::move(features), .prompt = {}, .temperature = temperature, .seed = seed}};
   KV_ASSIGN_OR_RETURN(const std::vector<WhisperGenerateResult> results,
-                      whisper_greedy_generate(*runner, requests, options));
+                      whisper_generate(*runner, requests, options));
   t.tokens = results.at(0).tokens;
   KV_ASSIGN_OR_RETURN(const std::unique_ptr<tokenizer::Tokenizer> tok,
                       tokenizer::Tokenizer::from_directory(model_dir));

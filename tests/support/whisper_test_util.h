@@ -54,16 +54,18 @@ std::unique_ptr<WhisperRunner> make_whisper_runner(const std::filesystem::path& 
 
 // An audio file transcribed by the library's pieces called one by one, independently of
 // WhisperTranscriber: audio_features with the checkpoint's preprocessor_config.json, a default
-// runner of its own, whisper_greedy_generate, the tokenizer's decode with special tokens
+// runner of its own, whisper_generate, the tokenizer's decode with special tokens
 // skipped, white space trimmed at both ends.
 struct LibraryTranscript {
   std::vector<int32_t> tokens;
   std::string text;
   double seconds = 0;  // the decoded clip's length
 };
+// `temperature` / `seed`: the request's sampling (0: greedy).
 Result<LibraryTranscript> transcribe_with_library(const std::filesystem::path& model_dir,
                                                   const std::filesystem::path& file,
-                                                  const WhisperGenerateOptions& options = {});
+                                                  const WhisperGenerateOptions& options = {},
+                                                  float temperature = 0.0f, uint64_t seed = 0);
 
 // ||got - ref|| / ||ref|| over all elements.
 double rel_l2(const std::vector<float>& ref, const std::vector<float>& got);

@@ -246,6 +246,30 @@ TEST_F(CliTranscribe, BatchLayoutAndPageSizeDoNotChangeTheOutput) {
   }
 }
 
+// --temperature samples: file i draws with --seed + i, the library's tokens for that temperature
+// and seed; the same command gives the same output.
+TEST_F(CliTranscribe, TemperatureSamplesWithTheLibrarysDraws) {
+  const std::string hello = clip("hello_16k.wav");
+  const std::string testing = clip("testing_22050.wav");
+  const std::string args = hello + " " + testing +
+                           " --max-new-tokens 10 --response-format verbose_json"
+                           " --temperature 0.8 --seed 40";
+  const CommandResult r = transcribe(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(transcribe(args).output, r.output);
+  const std::vector<std::string> out = lines(r.output);
+  ASSERT_EQ(out.size(), 2u) << r.output;
+  model::WhisperGenerateOptions options;
+  options.max_new_tokens = 10;
+  for (size_t i = 0; i < 2; ++i) {
+    const auto want = model::testing::transcribe_with_library(model(), i == 0 ? hello : testing,
+                                                              options, 0.8f, 40 + i);
+    ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+    EXPECT_EQ(nlohmann::json::parse(out[i])["tokens"].get<std::vector<int32_t>>(), want->tokens)
+        << i;
+  }
+}
+
 TEST_F(CliTranscribe, ErrorsNameTheProblemAndFail) {
   const std::string hello = clip("hello_16k.wav");
   CommandResult r = transcribe("/no/such/clip.wav");
@@ -276,6 +300,9 @@ TEST_F(CliTranscribe, ErrorsNameTheProblemAndFail) {
   r = transcribe(hello + " --language xx");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--language"), std::string::npos) << r.output;
+  r = transcribe(hello + " --temperature -1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--temperature"), std::string::npos) << r.output;
   r = transcribe(hello + " --response-format srt");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--response-format"), std::string::npos) << r.output;

@@ -2,7 +2,7 @@
 // text is deterministic gibberish) served by the real TranscriptionService + TranscriptionServer
 // on a free port, real multipart uploads of the committed clips from an httplib client. The
 // expected texts come from the library called directly (decode_audio_file, resample, log-mel,
-// whisper_greedy_generate on a runner of its own, tokenizer decode).
+// whisper_generate on a runner of its own, tokenizer decode).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -178,6 +178,56 @@ TEST(TranscriptionServer, JsonTextAndVerboseJsonMatchTheLibrary) {
   EXPECT_EQ(info["encoder_kv_layout"], "aligned");
 }
 
+// temperature > 0 samples (whisper_pick_token): a seeded upload gives the library's sampled tokens
+// for the same clip, temperature and seed, every time, also batched with other requests;
+// verbose_json reports the temperature; the random-weight model's near-flat logits make the
+// samples differ from the greedy text.
+TEST(TranscriptionServer, TemperatureSamplesReproduciblyWithASeed) {
+  TranscriptionTestServer s;
+  const std::string name = "hello_16k.wav";
+  auto want = model::testing::transcribe_with_library(whisper_model(), clip_path(name), {},
+                                                      /*temperature=*/0.8f, /*seed=*/42);
+  ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+  EXPECT_NE(want->tokens, expected(name).tokens) << "sampling gave the greedy tokens";
+  const httplib::MultipartFormDataItems sampled = {file_item(name), text_item("temperature", "0.8"),
+                                                   text_item("seed", "42"),
+                                                   text_item("response_format", "verbose_json")};
+  for (int i = 0; i < 2; ++i) {
+    auto [status, body, type] = s.upload(sampled);
+    ASSERT_EQ(status, 200) << body;
+    const json v = json::parse(body);
+    EXPECT_EQ(v["text"], want->text);
+    EXPECT_EQ(v["segments"][0]["tokens"].get<std::vector<int32_t>>(), want->tokens);
+    EXPECT_FLOAT_EQ(v["segments"][0]["temperature"].get<float>(), 0.8f);
+  }
+  // Batched with greedy and differently seeded uploads: the same draws.
+  s.service().set_paused(true);
+  std::vector<std::future<std::tuple<int, std::string, std::string>>> futures;
+  for (int i = 0; i < 4; ++i) {
+    futures.push_back(std::async(std::launch::async, [&s, &sampled, i] {
+      if (i == 1) return s.upload({file_item("spoons_16k.wav")});
+      if (i == 2) {
+        return s.upload(
+            {file_item("hello_16k.wav"), text_item("temperature", "0.8"), text_item("seed", "7")});
+      }
+      return s.upload(sampled);
+    }));
+  }
+  for (int i = 0; i < 2000 && s.info()["num_waiting_reqs"] != 4; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(s.info()["num_waiting_reqs"], 4);
+  s.service().set_paused(false);
+  std::vector<std::string> texts;
+  for (auto& f : futures) {
+    auto [status, body, type] = f.get();
+    ASSERT_EQ(status, 200) << body;
+    texts.push_back(json::parse(body)["text"]);
+  }
+  EXPECT_EQ(texts[0], want->text);
+  EXPECT_EQ(texts[3], want->text);
+  EXPECT_EQ(texts[1], expected("spoons_16k.wav").text);
+}
+
 // 8 uploads at once: the worker, paused until all 8 are queued, decodes them as one batch, and
 // each text is the one a lone request gets.
 TEST(TranscriptionServer, ConcurrentUploadsAreBatchedWithoutChangingTheText) {
@@ -285,9 +335,11 @@ TEST(TranscriptionServer, BadRequestsAreOpenAiErrorsAndTheServerKeepsServing) {
         "not supported");
   check({file_item("hello_16k.wav"), text_item("response_format", "yaml")}, 400, "response_format",
         "yaml");
-  check({file_item("hello_16k.wav"), text_item("temperature", "0.7")}, 400, "temperature",
-        "not supported");
+  check({file_item("hello_16k.wav"), text_item("temperature", "1.5")}, 400, "temperature", "1.5");
+  check({file_item("hello_16k.wav"), text_item("temperature", "-0.1")}, 400, "temperature", "-0.1");
   check({file_item("hello_16k.wav"), text_item("temperature", "warm")}, 400, "temperature", "warm");
+  check({file_item("hello_16k.wav"), text_item("seed", "-3")}, 400, "seed", "-3");
+  check({file_item("hello_16k.wav"), text_item("seed", "4x")}, 400, "seed", "4x");
   {
     auto [status, body, type] =
         s.upload({file_item("hello_16k.wav"), text_item("model", "whisper-large-v3")});
@@ -345,14 +397,14 @@ TEST(TranscriptionServer, ShutdownFailsQueuedJobs) {
   const size_t n = static_cast<size_t>((*service)->transcriber().runner().config().num_mel_bins) *
                    (*service)->transcriber().runner().config().input_frames();
   for (int i = 0; i < 3; ++i)
-    queued.push_back((*service)->submit(std::vector<float>(n, 0.0f), {}));
+    queued.push_back((*service)->submit({.features = std::vector<float>(n, 0.0f), .prompt = {}}));
   (*service)->shutdown();
   for (auto& f : queued) {
     auto r = f.get();
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   }
-  auto later = (*service)->submit(std::vector<float>(n, 0.0f), {}).get();
+  auto later = (*service)->submit({.features = std::vector<float>(n, 0.0f), .prompt = {}}).get();
   EXPECT_EQ(later.status().code(), StatusCode::kUnavailable);
   EXPECT_EQ((*service)->stats().requests_failed, 3);
 }

@@ -233,7 +233,7 @@ TEST_F(WhisperModelTest, GreedyStepsMatchReference) {
   auto r = runner(1, mem::EncoderKvLayout::kAligned);
   ASSERT_NE(r, nullptr);
   const std::vector<WhisperRequest> reqs = {{*features_a_, {}}, {{}, {}}, {*features_b_, {}}};
-  const auto res = whisper_greedy_generate(*r, reqs, {.max_new_tokens = 5, .keep_logits = true});
+  const auto res = whisper_generate(*r, reqs, {.max_new_tokens = 5, .keep_logits = true});
   ASSERT_TRUE(res.is_ok()) << res.status().to_string();
   EXPECT_EQ((*res)[0].prompt, prompt());
   EXPECT_EQ(r->allocator().available_size(), r->allocator().size()) << "KV freed at the end";
@@ -247,7 +247,7 @@ TEST_F(WhisperModelTest, LayoutsPageSizesAndBackendsAgree) {
   const WhisperGenerateOptions o{.max_new_tokens = 6, .keep_logits = true};
   auto base_runner = runner(1, mem::EncoderKvLayout::kAligned, "native");
   ASSERT_NE(base_runner, nullptr);
-  const auto base = whisper_greedy_generate(*base_runner, reqs, o);
+  const auto base = whisper_generate(*base_runner, reqs, o);
   ASSERT_TRUE(base.is_ok()) << base.status().to_string();
   for (const std::string backend : {"cpu", "native"}) {
     for (const int32_t ps : {1, 16, 64, 128}) {
@@ -256,7 +256,7 @@ TEST_F(WhisperModelTest, LayoutsPageSizesAndBackendsAgree) {
             fmt::format("{} page {} {}", backend, ps, mem::encoder_kv_layout_name(layout)));
         auto r = runner(ps, layout, backend);
         ASSERT_NE(r, nullptr);
-        const auto got = whisper_greedy_generate(*r, reqs, o);
+        const auto got = whisper_generate(*r, reqs, o);
         ASSERT_TRUE(got.is_ok()) << got.status().to_string();
         for (size_t b = 0; b < reqs.size(); ++b) {
           EXPECT_EQ((*got)[b].tokens, (*base)[b].tokens) << "request " << b;
@@ -278,10 +278,10 @@ TEST_F(WhisperModelTest, BatchedEqualsOneAtATime) {
   const WhisperGenerateOptions o{.max_new_tokens = 6, .keep_logits = true};
   auto r = runner(16, mem::EncoderKvLayout::kRagged);
   ASSERT_NE(r, nullptr);
-  const auto batched = whisper_greedy_generate(*r, reqs, o);
+  const auto batched = whisper_generate(*r, reqs, o);
   ASSERT_TRUE(batched.is_ok()) << batched.status().to_string();
   for (size_t b = 0; b < reqs.size(); ++b) {
-    const auto alone = whisper_greedy_generate(*r, std::span(&reqs[b], 1), o);
+    const auto alone = whisper_generate(*r, std::span(&reqs[b], 1), o);
     ASSERT_TRUE(alone.is_ok());
     EXPECT_EQ((*batched)[b].tokens, (*alone)[0].tokens) << "request " << b;
     for (size_t j = 0; j < (*alone)[0].step_logits.size(); ++j) {
@@ -305,7 +305,7 @@ TEST_F(WhisperModelTest, TextOnlyRequestsNeverReadThePoolForCrossAttention) {
       }
       const std::vector<WhisperRequest> reqs = {{{}, {}}, {{}, {50258}}};
       const auto res =
-          whisper_greedy_generate(*r, reqs, {.max_new_tokens = 3, .keep_logits = true});
+          whisper_generate(*r, reqs, {.max_new_tokens = 3, .keep_logits = true});
       ASSERT_TRUE(res.is_ok()) << res.status().to_string();
       for (const WhisperGenerateResult& x : *res) {
         for (const std::vector<float>& step : x.step_logits) {
@@ -322,7 +322,7 @@ TEST_F(WhisperModelTest, PromptWithoutRoomIsAnError) {
   auto r = runner(1, mem::EncoderKvLayout::kAligned);
   ASSERT_NE(r, nullptr);
   const std::vector<WhisperRequest> reqs = {{{}, std::vector<int32_t>(64, 50258)}};
-  const auto res = whisper_greedy_generate(*r, reqs, {});
+  const auto res = whisper_generate(*r, reqs, {});
   ASSERT_FALSE(res.is_ok());
   EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r->allocator().available_size(), r->allocator().size());
@@ -449,7 +449,7 @@ TEST(WhisperOracle, MatchesTransformersFixtures) {
     // First-step logits and greedy tokens with the fixture's prompt.
     const std::vector<WhisperRequest> reqs = {
         {features, fx.at("prompt").get<std::vector<int32_t>>()}};
-    const auto res = whisper_greedy_generate(
+    const auto res = whisper_generate(
         **runner, reqs,
         {.max_new_tokens = fx.at("max_new_tokens").get<int32_t>(), .keep_logits = true});
     ASSERT_TRUE(res.is_ok()) << res.status().to_string();

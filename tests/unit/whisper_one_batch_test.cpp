@@ -1,6 +1,6 @@
 // kvserve bench-one-batch on a Whisper checkpoint (whisper-test: 2+2 layers, d_model 64, 4 heads,
 // 1500 encoder tokens, 64 decoder positions): both encoder KV layouts at page sizes 1 and 16, the
-// layout accounting against its formulas, the tokens against a direct whisper_greedy_generate,
+// layout accounting against its formulas, the tokens against a direct whisper_generate,
 // pools left free, and the command line.
 #include <gtest/gtest.h>
 
@@ -188,7 +188,7 @@ TEST_F(WhisperOneBatch, TokensMatchADirectGeneration) {
     ASSERT_EQ(requests->size(), 3u);
     model::WhisperGenerateOptions o;
     o.max_new_tokens = 8;
-    const auto direct = model::whisper_greedy_generate(*direct_runner, {&(*requests)[0], 1}, o);
+    const auto direct = model::whisper_generate(*direct_runner, {&(*requests)[0], 1}, o);
     ASSERT_TRUE(direct.is_ok()) << direct.status().to_string();
     const std::vector<int32_t>& want = (*direct)[0].tokens;
     ASSERT_FALSE(want.empty());

@@ -20,7 +20,7 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The decoder's length limit, prompt included, as whisper_greedy_generate computes it.
+// The decoder's length limit, prompt included, as whisper_generate computes it.
 int32_t decoder_limit(const model::WhisperRunner& runner) {
   const int32_t target = runner.config().max_target_positions;
   return std::min(runner.generation_config().max_length.value_or(target), target);
@@ -89,7 +89,7 @@ Result<std::vector<model::WhisperRequest>> whisper_one_batch_requests(
   const model::WhisperConfig& c = runner.config();
   KV_ASSIGN_OR_RETURN(const std::vector<int32_t> sot,
                       model::whisper_prompt(c, runner.generation_config(), {}));
-  std::vector<int32_t> prompt;  // empty: whisper_greedy_generate uses the transcriber's prompt
+  std::vector<int32_t> prompt;  // empty: whisper_generate uses the transcriber's prompt
   if (decoder_input_len > 0) {
     prompt.assign(sot.begin(), sot.begin() + std::min<size_t>(sot.size(), decoder_input_len));
   }
@@ -154,7 +154,7 @@ Result<WhisperOneBatchResult> run_whisper_one_batch_once(
   r.output_len = output_len;
   r.layout = whisper_layout_accounting(runner, batch_size);
 
-  // Phase boundaries from whisper_greedy_generate, each after a device synchronization.
+  // Phase boundaries from whisper_generate, each after a device synchronization.
   std::vector<Clock::time_point> marks;
   model::WhisperGenerateOptions gopt;
   gopt.max_new_tokens = output_len;
@@ -165,7 +165,7 @@ Result<WhisperOneBatchResult> run_whisper_one_batch_once(
   };
   platform.synchronize();
   marks.push_back(Clock::now());
-  auto generated = model::whisper_greedy_generate(runner, requests, gopt);
+  auto generated = model::whisper_generate(runner, requests, gopt);
   KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
            "a one-batch run leaves every row and slot free");
   if (!generated.is_ok()) {

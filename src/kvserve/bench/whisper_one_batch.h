@@ -5,7 +5,7 @@
 // Every request gets seeded random log-mel features [num_mel_bins, 2 * max_source_positions] (so
 // the encoder emits max_source_positions tokens, 1500 for real Whisper) and a decoder prompt
 // (the transcriber's <|startoftranscript|> prompt, or a given length of it followed by random text
-// ids). The batch runs through model::whisper_greedy_generate, the transcriber's own path, with
+// ids). The batch runs through model::whisper_generate, the transcriber's own path, with
 // eos ignored so every step decodes the whole batch, and is timed between device synchronizations:
 //   encoder  every request's encoder output into device memory;
 //   prefill  rows allocated, the cross K/V of every decoder layer written into the encoder

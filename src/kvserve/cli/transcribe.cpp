@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,8 @@ struct TranscribeOptions {
   std::string attention_backend;  // empty: the device's default for the layout
   int32_t max_running_requests = 8;
   int32_t max_new_tokens = 0;
+  float temperature = 0.0f;  // 0: greedy
+  uint64_t seed = 0;         // file i of a sampled run draws with seed + i
   std::string response_format = "text";
   std::string device = "cpu";
 };
@@ -59,6 +62,9 @@ Status check_flags(const TranscribeOptions& o) {
     return invalid_argument("--device: {}", device.status().message());
   }
   if (o.files.empty()) return invalid_argument("give at least one audio FILE to transcribe");
+  if (!std::isfinite(o.temperature) || o.temperature < 0.0f) {
+    return invalid_argument("--temperature must be >= 0 (0: greedy), got {}", o.temperature);
+  }
   if (o.max_new_tokens < 0) {
     return invalid_argument("--max-new-tokens must be >= 0 (0: until max_length), got {}",
                             o.max_new_tokens);
@@ -109,7 +115,8 @@ std::string format_line(const TranscribeOptions& o, const PendingFile& f, const 
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-// Greedy decoding of one batch, printed in file order. Returns the tokens generated.
+// Decoding of one batch (greedy, or sampled with --temperature), printed in file order. Returns the
+// tokens generated.
 Result<size_t> run_batch(model::WhisperTranscriber& t, const TranscribeOptions& o,
                          std::vector<PendingFile>& batch) {
   std::vector<model::WhisperRequest> requests;
@@ -117,7 +124,7 @@ Result<size_t> run_batch(model::WhisperTranscriber& t, const TranscribeOptions& 
     requests.push_back(std::move(f.request));
   const model::WhisperGenerateOptions gopt{
       .language = o.language, .task = o.task, .max_new_tokens = o.max_new_tokens};
-  KV_ASSIGN_OR_RETURN(auto results, model::whisper_greedy_generate(t.runner(), requests, gopt));
+  KV_ASSIGN_OR_RETURN(auto results, model::whisper_generate(t.runner(), requests, gopt));
   size_t generated = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const std::vector<int32_t>& tokens = results[i].tokens;
@@ -154,13 +161,15 @@ int run_transcribe(TranscribeOptions o) {
     generated += n;
     return Status::ok();
   };
-  for (const std::string& name : o.files) {
-    auto f = prepare(t, name);
+  for (size_t i = 0; i < o.files.size(); ++i) {
+    auto f = prepare(t, o.files[i]);
     if (!f.is_ok()) {
       fmt::print(stderr, "kvserve transcribe: {}\n", f.status().message());
       ++failed;
       continue;
     }
+    f->request.temperature = o.temperature;
+    f->request.seed = o.seed + i;
     batch.push_back(std::move(f).value());
     if (batch.size() == static_cast<size_t>(o.max_running_requests)) {
       if (Status s = flush(); !s.is_ok()) return fail(s);
@@ -201,6 +210,11 @@ Command add_transcribe_command(CLI::App& app) {
   cmd->add_option("--max-running-requests", o->max_running_requests, "Files per batch")
       ->capture_default_str();
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "0: until the model's max_length")
+      ->capture_default_str();
+  cmd->add_option("--temperature", o->temperature,
+                  "0: greedy; > 0: sample from softmax(logits / temperature)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Sampling seed; file i draws with seed + i")
       ->capture_default_str();
   cmd->add_option("--response-format", o->response_format,
                   "text (FILE: transcript), json or verbose_json (one object per line)")

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kvserve/platform/ops/sampling.h"
+
 namespace kvserve::model {
 namespace {
 
@@ -55,6 +57,13 @@ Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& c,
   return prompt;
 }
 
+int32_t whisper_pick_token(std::span<const float> suppressed_row, float temperature, uint64_t seed,
+                           int64_t step) {
+  if (temperature <= 0.0f) return argmax(suppressed_row);
+  return ops::cpu::sample_row(suppressed_row,
+                              {.temperature = temperature, .seed = seed, .step = step});
+}
+
 void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step,
                                std::span<float> logits) {
   const auto suppress = [&](const std::vector<int32_t>& ids) {
@@ -68,7 +77,7 @@ void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step
   if (first_step) suppress(g.begin_suppress_tokens);
 }
 
-Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
+Result<std::vector<WhisperGenerateResult>> whisper_generate(
     WhisperRunner& runner, std::span<const WhisperRequest> requests,
     const WhisperGenerateOptions& o) {
   const WhisperConfig& c = runner.config();
@@ -97,6 +106,10 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
   std::vector<int32_t> limits(bs);  // decoder length at which each request stops
   for (int32_t b = 0; b < bs; ++b) {
     const WhisperRequest& r = requests[b];
+    if (!std::isfinite(r.temperature) || r.temperature < 0.0f) {
+      return invalid_argument("Whisper request {}: temperature {} (0 for greedy, or > 0)", b,
+                              r.temperature);
+    }
     if (r.prompt.empty()) {
       KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o));
     } else {
@@ -169,7 +182,8 @@ Result<std::vector<WhisperGenerateResult>> whisper_greedy_generate(
       const std::span<float> row(logits.data() + i * vocab, vocab);
       if (o.keep_logits) res.step_logits.emplace_back(row.begin(), row.end());
       apply_whisper_suppression(g, res.tokens.empty(), row);
-      const int32_t token = argmax(row);
+      const int32_t token = whisper_pick_token(row, requests[b].temperature, requests[b].seed,
+                                               static_cast<int64_t>(res.tokens.size()));
       res.tokens.push_back(token);
       const auto len = static_cast<int32_t>(res.prompt.size() + res.tokens.size());
       const bool is_eos = std::find(eos.begin(), eos.end(), token) != eos.end();

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 
 #include "kvserve/core/logging.h"
 #include "kvserve/core/version.h"
@@ -34,7 +36,19 @@ void send_json(httplib::Response& res, const ordered_json& j) {
 struct TranscriptionRequest {
   std::string language = "en";  // no language detection: English unless the client says
   std::string response_format = "json";
+  float temperature = 0.0f;      // 0: greedy; (0, 1]: sampled
+  std::optional<uint64_t> seed;  // a sampled request's draws (kvserve's extension)
 };
+
+// A seed for a sampled request that gave none: distinct per request, random per process (the
+// sampler mixes the seed before use, so consecutive seeds draw unrelated streams).
+uint64_t fresh_seed() {
+  static std::atomic<uint64_t> next = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) | rd();
+  }();
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::optional<std::string> field(const httplib::Request& req, const char* name) {
   if (!req.has_file(name)) return std::nullopt;
@@ -79,20 +93,30 @@ std::optional<ApiError> parse_fields(const httplib::Request& req, const std::str
       return bad_request(fmt::format("temperature must be a number in [0, 1], got '{}'", *temp),
                          "temperature");
     }
-    if (value != 0) {
-      return ApiError{400,
-                      "temperature > 0 (sampling) is not supported yet; decoding is greedy "
-                      "(temperature 0)",
-                      "invalid_request_error", "temperature", "unsupported"};
+    r.temperature = static_cast<float>(value);
+  }
+  if (auto seed = field(req, "seed"); seed && !seed->empty()) {
+    uint64_t value = 0;
+    const char* end = seed->data() + seed->size();
+    const auto [ptr, ec] = std::from_chars(seed->data(), end, value);
+    if (ec != std::errc() || ptr != end) {
+      return bad_request(fmt::format("seed must be a non-negative integer, got '{}'", *seed),
+                         "seed");
     }
+    r.seed = value;
   }
   return std::nullopt;
 }
 
 ordered_json verbose_json(const TranscriptionRequest& r, double seconds, const std::string& text,
                           const std::vector<int32_t>& tokens) {
-  ordered_json segment = {{"id", 0},      {"seek", 0},        {"start", 0.0},      {"end", seconds},
-                          {"text", text}, {"tokens", tokens}, {"temperature", 0.0}};
+  ordered_json segment = {{"id", 0},
+                          {"seek", 0},
+                          {"start", 0.0},
+                          {"end", seconds},
+                          {"text", text},
+                          {"tokens", tokens},
+                          {"temperature", r.temperature}};
   return {{"task", "transcribe"},
           {"language", model::whisper_language_code(r.language)},
           {"duration", seconds},
@@ -214,7 +238,11 @@ void TranscriptionServer::install_routes() {
     auto audio = t.prepare_bytes({bytes, file.content.size()}, name);
     if (!audio.is_ok()) return send_error(res, from_status(audio.status(), "file"));
 
-    auto tokens = service_.submit(std::move(audio->features), std::move(prompt).value()).get();
+    model::WhisperRequest request{.features = std::move(audio->features),
+                                  .prompt = std::move(prompt).value(),
+                                  .temperature = r.temperature,
+                                  .seed = r.seed.value_or(fresh_seed())};
+    auto tokens = service_.submit(std::move(request)).get();
     if (!tokens.is_ok()) return send_error(res, from_status(tokens.status()));
     const std::string text = t.text(*tokens);
     if (r.response_format == "text") {

@@ -32,10 +32,9 @@ TranscriptionService::~TranscriptionService() {
 }
 
 std::future<Result<std::vector<int32_t>>> TranscriptionService::submit(
-    std::vector<float> features, std::vector<int32_t> prompt) {
+    model::WhisperRequest request) {
   Job job;
-  job.request.features = std::move(features);
-  job.request.prompt = std::move(prompt);
+  job.request = std::move(request);
   auto future = job.result.get_future();
   {
     std::lock_guard lock(mu_);
@@ -108,7 +107,7 @@ void TranscriptionService::run_batch(std::vector<Job>& batch) {
   for (Job& job : batch)
     requests.push_back(std::move(job.request));
   const model::WhisperGenerateOptions gopt{.max_new_tokens = options_.max_new_tokens};
-  auto results = model::whisper_greedy_generate(transcriber_->runner(), requests, gopt);
+  auto results = model::whisper_generate(transcriber_->runner(), requests, gopt);
   {
     std::lock_guard lock(mu_);
     stats_.running = 0;

@@ -2,7 +2,7 @@
 // rows, allocator: invariant 13, one thread touches model state). HTTP threads prepare the
 // features themselves (decode, resample and log-mel are CPU work that needs no model state),
 // submit a job and wait on its future; the worker takes up to max_running_requests queued jobs
-// at a time and decodes them as one batch (whisper_greedy_generate). Each job carries its own
+// at a time and decodes them as one batch (whisper_generate). Each job carries its own
 // prompt (language, task), so requests in different languages still share a batch.
 //
 // shutdown(): the batch in progress finishes; jobs still queued, and later submissions, fail with
@@ -31,7 +31,7 @@ struct TranscriptionServiceOptions {
 struct TranscriptionStats {
   int64_t requests_served = 0;  // jobs that got their tokens
   int64_t requests_failed = 0;  // jobs failed by the worker (a batch error, or shutdown)
-  int64_t batches_served = 0;   // whisper_greedy_generate calls
+  int64_t batches_served = 0;   // whisper_generate calls
   int64_t largest_batch = 0;
   int64_t waiting = 0;  // queued, not yet taken by the worker
   int64_t running = 0;  // in the batch being decoded
@@ -47,11 +47,10 @@ class TranscriptionService {
   const model::WhisperTranscriber& transcriber() const { return *transcriber_; }
   const TranscriptionServiceOptions& options() const { return options_; }
 
-  // Queues one clip's features with its decoder prompt (model::whisper_prompt); the future
-  // yields the generated tokens (a final eos included), or kUnavailable after shutdown, or the
-  // batch's error. Thread-safe.
-  std::future<Result<std::vector<int32_t>>> submit(std::vector<float> features,
-                                                   std::vector<int32_t> prompt);
+  // Queues one clip's request (features, decoder prompt from model::whisper_prompt, temperature
+  // and seed); the future yields the generated tokens (a final eos included), or kUnavailable
+  // after shutdown, or the batch's error. Thread-safe.
+  std::future<Result<std::vector<int32_t>>> submit(model::WhisperRequest request);
 
   TranscriptionStats stats() const;
 
