@@ -1,9 +1,12 @@
 // ModelRunner::forward_sample on the CPU (the tiny preset): a prefill and decode steps whose
 // tokens equal the host sampler's on ModelRunner::forward's logits of the same batch (a second
 // session on the same runner), for greedy, sampled, filtered and penalized rows in one batch;
-// chosen-token logprobs of unpenalized rows equal log_softmax of the raw logits.
+// chosen-token logprobs of unpenalized rows equal log_softmax of the raw logits; the raw rows asked
+// for (SamplingInputs::raw_rows: a plain and a penalized row) come back as forward's logits, before
+// the sampler penalized them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kvserve/engine/penalties.h"
@@ -62,11 +65,22 @@ TEST(ForwardSample, CpuEqualsForwardThenHostSampler) {
     ForwardBatch fb = sampled.batch(add, decode);
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
-    runner.forward_sample(
-        fb, {.rows = rows, .penalty_offsets = csr.offsets, .penalty_entries = csr.entries}, tokens,
-        &logprobs);
+    std::vector<float> raw;
+    const std::vector<int32_t> raw_rows = {3, 1};
+    runner.forward_sample(fb,
+                          {.rows = rows,
+                           .penalty_offsets = csr.offsets,
+                           .penalty_entries = csr.entries,
+                           .raw_rows = raw_rows},
+                          tokens, &logprobs, &raw);
     const std::vector<float> logits = plain.logits(add, decode);
     ASSERT_EQ(tokens.size(), static_cast<size_t>(n));
+    ASSERT_EQ(raw.size(), raw_rows.size() * vocab);
+    for (size_t j = 0; j < raw_rows.size(); ++j) {
+      EXPECT_TRUE(std::equal(raw.begin() + j * vocab, raw.begin() + (j + 1) * vocab,
+                             logits.begin() + raw_rows[j] * vocab))
+          << "step " << step << " raw row " << raw_rows[j];
+    }
     for (int b = 0; b < n; ++b) {
       const std::span<const float> row(logits.data() + b * vocab, static_cast<size_t>(vocab));
       const auto entries =

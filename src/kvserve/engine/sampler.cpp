@@ -61,11 +61,19 @@ SampledToken sample(std::span<const float> raw, const SamplingParams& p,
   }
   SampledToken out;
   out.token = ops::cpu::sample_row(logits, row);
-  if (p.return_logprob || p.top_logprobs_num > 0) {
-    out.logprob = token_logprob(raw, out.token);
-    out.top_logprobs = top_logprobs(raw, p.top_logprobs_num);
-  }
+  fill_logprobs(out, raw, p);
   return out;
+}
+
+bool needs_raw_logits(const SamplingParams& p) {
+  return p.top_logprobs_num > 0 || (p.return_logprob && p.has_penalties());
+}
+
+void fill_logprobs(SampledToken& t, std::span<const float> raw, const SamplingParams& p) {
+  if (p.return_logprob || p.top_logprobs_num > 0) {
+    t.logprob = token_logprob(raw, t.token);
+    t.top_logprobs = top_logprobs(raw, p.top_logprobs_num);
+  }
 }
 
 SampledToken sample(std::span<const float> logits, const SamplingParams& p,

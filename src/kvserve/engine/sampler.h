@@ -40,6 +40,14 @@ SampledToken sample(std::span<const float> logits, const SamplingParams& params,
                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                     uint64_t seed, int64_t step);
 
+// Whether a request's logprobs need its raw logits row on the host after sampling: top-N
+// logprobs, or the chosen token's logprob under penalties (the sampler rewrites a penalized row in
+// place, on the device as on the host).
+bool needs_raw_logits(const SamplingParams& params);
+// The logprob of t.token and the top-N of the raw row, as params ask (what sample() adds to the
+// token; the device path calls it on the rows it copied back).
+void fill_logprobs(SampledToken& t, std::span<const float> raw, const SamplingParams& params);
+
 // log_softmax of raw logits at `token`, and the `k` most likely tokens (ties: lower id first).
 float token_logprob(std::span<const float> logits, int32_t token);
 std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logits, int32_t k);

@@ -180,7 +180,7 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
       sampled_reqs.push_back(batch[i]);
     }
   }
-  const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling(sampled_reqs);
+  const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling();
   if (on_device) {
     timed_forward_sample(fb, sampled_reqs);
   } else {
@@ -299,10 +299,11 @@ void Scheduler::run_decode() {
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
   // Otherwise, on a device, the batch is sampled there by one launch (greedy rows are argmax rows
-  // of it), and again only the ids (and chosen-token logprobs) come back.
+  // of it), and again only the ids (and chosen-token logprobs) come back, plus the raw logits rows
+  // of the requests whose logprobs need them (top-N; a penalized row's chosen-token logprob).
   const bool device_greedy = std::all_of(running_.begin(), running_.end(),
                                          [](const Req* r) { return r->sampling.device_greedy(); });
-  const bool device_sample = !device_greedy && device_sampling(running_);
+  const bool device_sample = !device_greedy && device_sampling();
   if (device_greedy) {
     timed_forward_greedy(fb);
   } else if (device_sample) {
@@ -347,12 +348,8 @@ void Scheduler::timed_forward_greedy(model::ForwardBatch& batch) {
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
 }
 
-bool Scheduler::device_sampling(const std::vector<Req*>& reqs) const {
-  if (runner_.platform().device().is_cpu()) return false;
-  return std::all_of(reqs.begin(), reqs.end(), [](const Req* r) {
-    const SamplingParams& p = r->sampling;
-    return p.top_logprobs_num == 0 && !(p.return_logprob && p.has_penalties());
-  });
+bool Scheduler::device_sampling() const {
+  return !runner_.platform().device().is_cpu();
 }
 
 std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
@@ -366,14 +363,17 @@ void Scheduler::timed_forward_sample(model::ForwardBatch& batch, const std::vect
   const double cpu_start = thread_cpu_seconds();
   sample_rows_.clear();
   penalty_csr_.clear();
+  raw_rows_.clear();
   bool penalties = false;
   bool logprobs = false;
-  for (Req* r : reqs) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Req* r = reqs[i];
     sample_rows_.push_back(sample_row_params(r->sampling, r->seed, r->output_len()));
     const auto entries = penalty_entries(*r);
     penalty_csr_.add_row(entries);
     penalties = penalties || !entries.empty();
     logprobs = logprobs || r->sampling.return_logprob;
+    if (needs_raw_logits(r->sampling)) raw_rows_.push_back(static_cast<int32_t>(i));
   }
   model::SamplingInputs in;
   in.rows = sample_rows_;
@@ -381,11 +381,19 @@ void Scheduler::timed_forward_sample(model::ForwardBatch& batch, const std::vect
     in.penalty_offsets = penalty_csr_.offsets;
     in.penalty_entries = penalty_csr_.entries;
   }
-  runner_.forward_sample(batch, in, greedy_tokens_, logprobs ? &sampled_logprobs_ : nullptr);
+  in.raw_rows = raw_rows_;
+  runner_.forward_sample(batch, in, greedy_tokens_, logprobs ? &sampled_logprobs_ : nullptr,
+                         &raw_logits_);
   sampled_.assign(reqs.size(), SampledToken{});
   for (size_t i = 0; i < reqs.size(); ++i) {
     sampled_[i].token = greedy_tokens_[i];
     if (logprobs) sampled_[i].logprob = sampled_logprobs_[i];
+  }
+  const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
+  for (size_t j = 0; j < raw_rows_.size(); ++j) {
+    const int32_t i = raw_rows_[j];
+    fill_logprobs(sampled_[i], std::span<const float>(raw_logits_).subspan(j * vocab, vocab),
+                  reqs[i]->sampling);
   }
   time_.forward_seconds += seconds(Clock::now() - start);
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;

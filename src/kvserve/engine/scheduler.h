@@ -103,11 +103,12 @@ class Scheduler {
   void timed_forward(model::ForwardBatch& batch);  // runner_.forward into logits_, timed
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
   void timed_forward_greedy(model::ForwardBatch& batch);
-  // Device platforms: whether `reqs` (one logits row each) can sample on the device. Top
-  // logprobs, and a chosen-token logprob under penalties (the kernel penalizes the raw row in
-  // place), keep a batch on the host path.
-  bool device_sampling(const std::vector<Req*>& reqs) const;
-  // runner_.forward_sample for `reqs` (row i samples reqs[i]) into sampled_, timed as a forward.
+  // Whether batches sample on the device (device platforms): every row's token is drawn there;
+  // the rows whose logprobs need their raw logits (top-N logprobs, a penalized row's chosen-token
+  // logprob: needs_raw_logits) come back to the host alone, not the whole batch.
+  bool device_sampling() const;
+  // runner_.forward_sample for `reqs` (row i samples reqs[i]) into sampled_, timed as a forward;
+  // the raw rows' logprobs are filled on the host (fill_logprobs).
   void timed_forward_sample(model::ForwardBatch& batch, const std::vector<Req*>& reqs);
   std::span<const ops::PenaltyEntry> penalty_entries(Req& r);
   void accept_token(Req& r, std::span<const float> logits);  // sample, then accept_sampled
@@ -145,6 +146,8 @@ class Scheduler {
   PenaltyCsr penalty_csr_;
   std::vector<SampledToken> sampled_;
   std::vector<float> sampled_logprobs_;
+  std::vector<int32_t> raw_rows_;  // rows of the sampled batch whose raw logits come back
+  std::vector<float> raw_logits_;  // [raw_rows_.size(), vocab]
   StreamOutputs outbox_;
 };
 

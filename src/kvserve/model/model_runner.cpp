@@ -190,7 +190,8 @@ void ModelRunner::forward_greedy(ForwardBatch& batch, std::vector<int32_t>& toke
 }
 
 void ModelRunner::forward_sample(ForwardBatch& batch, const SamplingInputs& sampling,
-                                 std::vector<int32_t>& tokens, std::vector<float>* logprobs) {
+                                 std::vector<int32_t>& tokens, std::vector<float>* logprobs,
+                                 std::vector<float>* raw_logits) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   const int64_t vocab = config().vocab_size;
   KV_CHECK(static_cast<int64_t>(sampling.rows.size()) == rows,
@@ -199,14 +200,28 @@ void ModelRunner::forward_sample(ForwardBatch& batch, const SamplingInputs& samp
   const bool penalties = !sampling.penalty_offsets.empty();
   KV_CHECK(!penalties || static_cast<int64_t>(sampling.penalty_offsets.size()) == rows + 1,
            "forward_sample: {} penalty offsets for {} rows", sampling.penalty_offsets.size(), rows);
+  KV_CHECK(sampling.raw_rows.empty() || raw_logits != nullptr,
+           "forward_sample: raw rows asked for without a buffer");
   tokens.resize(static_cast<size_t>(rows));
   if (logprobs != nullptr) logprobs->resize(static_cast<size_t>(rows));
+  // The raw rows, copied out of `logits` (host or device memory) before the sampler rewrites any.
+  auto copy_raw_rows = [&](const float* logits, platform::CopyKind kind) {
+    if (raw_logits == nullptr) return;
+    raw_logits->resize(sampling.raw_rows.size() * static_cast<size_t>(vocab));
+    for (size_t i = 0; i < sampling.raw_rows.size(); ++i) {
+      const int32_t r = sampling.raw_rows[i];
+      KV_CHECK(r >= 0 && r < rows, "forward_sample: raw row {} of {}", r, rows);
+      platform_->copy(raw_logits->data() + i * vocab, logits + int64_t{r} * vocab,
+                      static_cast<size_t>(vocab) * sizeof(float), kind);
+    }
+  };
   ops::SampleRowsParams params;
   params.rows = rows;
   params.vocab = vocab;
   params.ld = vocab;
   if (platform_->device().is_cpu()) {
     forward(batch, host_logits_);
+    copy_raw_rows(host_logits_.data(), platform::CopyKind::kHostToHost);
     params.logits = host_logits_.data();
     params.row_params = sampling.rows.data();
     if (penalties) {
@@ -229,6 +244,7 @@ void ModelRunner::forward_sample(ForwardBatch& batch, const SamplingInputs& samp
     prepare(batch);
     params.logits = model_->forward_on_device(batch, *backend_);
   }
+  copy_raw_rows(params.logits, platform::CopyKind::kDeviceToHost);
   // Queued after the forward on the same stream; the host copies are staged by the driver.
   auto to_device = [&](Buffer& buf, const void* src, size_t bytes) -> void* {
     if (buf.bytes() < bytes) {

@@ -55,6 +55,10 @@ struct SamplingInputs {
   std::span<const ops::SampleRowParams> rows;
   std::span<const int32_t> penalty_offsets;  // [rows + 1], or empty: no row has penalties
   std::span<const ops::PenaltyEntry> penalty_entries;
+  // Rows whose raw logits the caller reads after sampling (top-N logprobs; the chosen token's
+  // logprob of a penalized row, which the sampler rewrites in place): forward_sample copies them,
+  // in this order, into its `raw_logits` [raw_rows.size(), vocab] before the sampler runs.
+  std::span<const int32_t> raw_rows;
 };
 
 class ModelRunner {
@@ -86,10 +90,12 @@ class ModelRunner {
   // parameters per logits row; greedy rows are argmax rows of the same launch). On a device the
   // logits never leave it: the graph replay or the eager forward is followed by the sampling
   // kernel on the runner's stream (after the replay, not inside the graph), and only the tokens
-  // (and, with `logprobs`, each chosen token's raw logprob) come back. On the CPU the logits are
-  // sampled in place on the host by the same op.
+  // (and, with `logprobs`, each chosen token's raw logprob; with sampling.raw_rows, those rows'
+  // raw logits into `raw_logits`) come back. On the CPU the logits are sampled in place on the
+  // host by the same op.
   void forward_sample(ForwardBatch& batch, const SamplingInputs& sampling,
-                      std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr);
+                      std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
+                      std::vector<float>* raw_logits = nullptr);
 
   // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
   // without them.
