@@ -5,8 +5,8 @@
 // (varlen, one sequence over packed q|k|v rows) against the CPU ops on the same rounded inputs;
 // varlen attention (causal and not, GQA, empty sequences) against a float64 host reference; the
 // gather exactly, and from an fp8 cache (e4m3, e5m2) widened into bf16 rows times the layer's
-// scales, exactly as the host computes it (cuda-ragged's fp8 path). Skips itself without a CUDA
-// device.
+// scales, exactly as the host computes it (cuda-ragged's fp8 path at head dims 16 and 32). Skips
+// itself without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "kvserve/platform/ops/varlen_attention.h"
 #include "kvserve/platform/ops/whisper_ops.h"
 #include "kvserve/platform/platform.h"
+#include "support/cuda_param_test.h"
 #include "support/whisper_test_util.h"
 
 namespace kvserve {
@@ -28,12 +29,12 @@ namespace {
 using model::testing::rel_l2;
 using model::testing::varlen_attention_reference;
 
-class WhisperOpsGpuTest : public testing::TestWithParam<DType> {
+// The platform (cuda_) and the skip come from the CUDA suites' shared fixture.
+class WhisperOpsGpuTest : public test_support::CudaParamTest<DType> {
  protected:
   void SetUp() override {
-    auto p = platform::create_platform(Device{DeviceKind::kCuda, 0});
-    if (!p.is_ok()) GTEST_SKIP() << p.status().to_string();
-    gpu_ = std::move(p).value();
+    CudaParamTest::SetUp();
+    if (IsSkipped()) return;
     std::cout << "[ seed     ] " << kSeed << std::endl;
   }
   DType dt() const { return GetParam(); }
@@ -55,26 +56,26 @@ class WhisperOpsGpuTest : public testing::TestWithParam<DType> {
     convert_elements(bits.data(), dt(), v.data(), DType::kF32, v.size());
   }
   Tensor upload(const std::vector<float>& v) {
-    auto t = gpu_->empty(dt(), {static_cast<int64_t>(v.size())});
+    auto t = cuda_->empty(dt(), {static_cast<int64_t>(v.size())});
     KV_CHECK(t.is_ok(), "{}", t.status().to_string());
     std::vector<uint8_t> bits(v.size() * dtype_size(dt()));
     convert_elements(v.data(), DType::kF32, bits.data(), dt(), v.size());
-    gpu_->copy(t->data(), bits.data(), bits.size(), platform::CopyKind::kHostToDevice);
+    cuda_->copy(t->data(), bits.data(), bits.size(), platform::CopyKind::kHostToDevice);
     return std::move(t).value();
   }
   Tensor upload_ints(const std::vector<int32_t>& v) {
-    auto t = gpu_->empty(DType::kI32, {static_cast<int64_t>(std::max<size_t>(v.size(), 1))});
+    auto t = cuda_->empty(DType::kI32, {static_cast<int64_t>(std::max<size_t>(v.size(), 1))});
     KV_CHECK(t.is_ok(), "{}", t.status().to_string());
-    gpu_->copy(t->data(), v.data(), v.size() * 4, platform::CopyKind::kHostToDevice);
+    cuda_->copy(t->data(), v.data(), v.size() * 4, platform::CopyKind::kHostToDevice);
     return std::move(t).value();
   }
   Tensor empty(int64_t n) {
-    return std::move(gpu_->empty(dt(), {std::max<int64_t>(n, 1)})).value();
+    return std::move(cuda_->empty(dt(), {std::max<int64_t>(n, 1)})).value();
   }
   std::vector<float> download(const void* p, int64_t n) {
     std::vector<uint8_t> bits(n * dtype_size(dt()));
-    gpu_->copy(bits.data(), p, bits.size(), platform::CopyKind::kDeviceToHost);
-    gpu_->synchronize();
+    cuda_->copy(bits.data(), p, bits.size(), platform::CopyKind::kDeviceToHost);
+    cuda_->synchronize();
     std::vector<float> out(n);
     convert_elements(bits.data(), dt(), out.data(), DType::kF32, n);
     return out;
@@ -82,7 +83,6 @@ class WhisperOpsGpuTest : public testing::TestWithParam<DType> {
 
   static constexpr uint64_t kSeed = 20261201;
   std::mt19937_64 rng_{kSeed};
-  std::unique_ptr<platform::Platform> gpu_;
 };
 
 TEST_P(WhisperOpsGpuTest, LayerNormWithAndWithoutResidual) {
@@ -111,14 +111,14 @@ TEST_P(WhisperOpsGpuTest, LayerNormWithAndWithoutResidual) {
       gp.weight = dw.data();
       gp.bias = db.data();
       gp.dtype = dt();
-      ops::layer_norm(*gpu_, gp);
+      ops::layer_norm(*cuda_, gp);
       EXPECT_LT(rel_l2(out, download(dout.data(), rows * cols)), tol()) << "no residual";
       // residual = x + residual, then the norm of it.
       ops::LayerNormParams cr = cpu;
       cr.residual = res.data();
       ops::cpu::layer_norm(cr);
       gp.residual = dres.data();
-      ops::layer_norm(*gpu_, gp);
+      ops::layer_norm(*cuda_, gp);
       EXPECT_LT(rel_l2(res, download(dres.data(), rows * cols)), tol()) << "residual";
       EXPECT_LT(rel_l2(out, download(dout.data(), rows * cols)), tol()) << "residual norm";
     }
@@ -131,7 +131,7 @@ TEST_P(WhisperOpsGpuTest, GeluAndPositionEmbedding) {
   Tensor dx = random(x, n, 3.0f);
   std::vector<float> out(n);
   ops::cpu::gelu({.x = x.data(), .out = out.data(), .n = n});
-  ops::gelu(*gpu_, {.x = dx.data(), .out = dx.data(), .dtype = dt(), .n = n});  // in place
+  ops::gelu(*cuda_, {.x = dx.data(), .out = dx.data(), .dtype = dt(), .n = n});  // in place
   EXPECT_LT(rel_l2(out, download(dx.data(), n)), tol());
 
   const int64_t rows = 13, cols = 77, positions = 29;
@@ -149,7 +149,7 @@ TEST_P(WhisperOpsGpuTest, GeluAndPositionEmbedding) {
                                       .rows = rows,
                                       .cols = cols,
                                       .num_positions = positions});
-    ops::add_position_embedding(*gpu_,
+    ops::add_position_embedding(*cuda_,
                                 {.x = dh.data(),
                                  .table = dt_table.data(),
                                  .positions = with_positions ? dpos.data_as<int32_t>() : nullptr,
@@ -198,7 +198,7 @@ TEST_P(WhisperOpsGpuTest, Conv1dChannelMajorAndTokenMajor) {
     p.out = dout.data();
     p.workspace = ws.data();
     p.dtype = dt();
-    ops::conv1d(*gpu_, p);
+    ops::conv1d(*cuda_, p);
     EXPECT_LT(rel_l2(out, download(dout.data(), out_n)), tol());
   }
 }
@@ -243,7 +243,7 @@ TEST_P(WhisperOpsGpuTest, OneSequenceAttentionOnPackedQkvMatchesCpu) {
     p.v = dqkv.data_as<uint8_t>() + 2 * width * es;
     p.out = dout.data();
     p.dtype = dt();
-    ops::varlen_attention(*gpu_, p);
+    ops::varlen_attention(*cuda_, p);
     EXPECT_LT(rel_l2(out, download(dout.data(), c.num_q * width)), tol());
   }
 }
@@ -273,24 +273,24 @@ TEST_P(WhisperOpsGpuTest, VarlenAttentionCausalAndNotWithGqaAndEmptySequences) {
         Tensor dcu_q = upload_ints(cu_q);
         Tensor dcu_kv = upload_ints(cu_kv);
         const float scaling = 1.0f / std::sqrt(static_cast<float>(dim));
-        ops::varlen_attention(*gpu_, {.q = dq.data(),
-                                      .k = dk.data(),
-                                      .v = dv.data(),
-                                      .out = dout.data(),
-                                      .cu_q = dcu_q.data_as<int32_t>(),
-                                      .cu_kv = dcu_kv.data_as<int32_t>(),
-                                      .dtype = dt(),
-                                      .num_seqs = static_cast<int32_t>(seqs.size()),
-                                      .max_q_len = max_q,
-                                      .q_stride = int64_t{heads} * dim,
-                                      .k_stride = int64_t{kv_heads} * dim,
-                                      .v_stride = int64_t{kv_heads} * dim,
-                                      .out_stride = int64_t{heads} * dim,
-                                      .num_heads = heads,
-                                      .num_kv_heads = kv_heads,
-                                      .head_dim = dim,
-                                      .scaling = scaling,
-                                      .causal = causal});
+        ops::varlen_attention(*cuda_, {.q = dq.data(),
+                                       .k = dk.data(),
+                                       .v = dv.data(),
+                                       .out = dout.data(),
+                                       .cu_q = dcu_q.data_as<int32_t>(),
+                                       .cu_kv = dcu_kv.data_as<int32_t>(),
+                                       .dtype = dt(),
+                                       .num_seqs = static_cast<int32_t>(seqs.size()),
+                                       .max_q_len = max_q,
+                                       .q_stride = int64_t{heads} * dim,
+                                       .k_stride = int64_t{kv_heads} * dim,
+                                       .v_stride = int64_t{kv_heads} * dim,
+                                       .out_stride = int64_t{heads} * dim,
+                                       .num_heads = heads,
+                                       .num_kv_heads = kv_heads,
+                                       .head_dim = dim,
+                                       .scaling = scaling,
+                                       .causal = causal});
         const std::vector<float> want =
             varlen_attention_reference(q, k, v, cu_q, cu_kv, heads, kv_heads, dim, scaling, causal);
         const std::vector<float> got = download(dout.data(), q.size());
@@ -314,15 +314,15 @@ TEST_P(WhisperOpsGpuTest, GatherKvCopiesSlotsExactly) {
   Tensor didx = upload_ints(idx);
   const auto n = static_cast<int64_t>(idx.size());
   Tensor ko = empty(n * row), vo = empty(n * row);
-  ops::gather_kv(*gpu_, {.k_cache = dk.data(),
-                         .v_cache = dv.data(),
-                         .slots = didx.data_as<int32_t>(),
-                         .k_out = ko.data(),
-                         .v_out = vo.data(),
-                         .dtype = dt(),
-                         .num_tokens = n,
-                         .row_elems = row,
-                         .num_slots = slots});
+  ops::gather_kv(*cuda_, {.k_cache = dk.data(),
+                          .v_cache = dv.data(),
+                          .slots = didx.data_as<int32_t>(),
+                          .k_out = ko.data(),
+                          .v_out = vo.data(),
+                          .dtype = dt(),
+                          .num_tokens = n,
+                          .row_elems = row,
+                          .num_slots = slots});
   const std::vector<float> gk = download(ko.data(), n * row);
   const std::vector<float> gv = download(vo.data(), n * row);
   for (int64_t t = 0; t < n; ++t) {

@@ -272,13 +272,7 @@ class CudaPagedBackend final : public AttentionBackend {
       index = graph_index_.data_as<int32_t>();
     } else {
       const size_t bytes = static_cast<size_t>(index_size_) * sizeof(int32_t);
-      if (bytes > index_.bytes()) {
-        index_ = Buffer();
-        auto grown = platform_.allocate_buffer(std::max(bytes, size_t{4096}) * 2);
-        KV_CHECK(grown.is_ok(), "cuda-paged page ids of {} bytes: {}", bytes,
-                 grown.status().to_string());
-        index_ = std::move(*grown);
-      }
+      reserve(index_, bytes, "page ids", std::max(bytes, size_t{4096}) * 2);
       index = index_.data_as<int32_t>();
     }
     index_ptr_ = index;
@@ -351,13 +345,11 @@ class CudaPagedBackend final : public AttentionBackend {
     }
     const ops::PagedDecodePlan& plan = decode_plan(qs, layer, page_size);
     Buffer& workspace = graph_ ? graph_workspace_ : workspace_;
-    if (plan.workspace_floats * sizeof(float) > workspace.bytes()) {
-      KV_CHECK(!graph_, "cuda-paged: a decode graph needs {} split floats, {} preallocated",
-               plan.workspace_floats, workspace.bytes() / sizeof(float));
-      auto buf = platform_.allocate_buffer(plan.workspace_floats * sizeof(float));
-      KV_CHECK(buf.is_ok(), "cuda-paged split workspace: {}", buf.status().to_string());
-      workspace = std::move(*buf);
-    }
+    const size_t workspace_bytes = plan.workspace_floats * sizeof(float);
+    KV_CHECK(!graph_ || workspace_bytes <= workspace.bytes(),
+             "cuda-paged: a decode graph needs {} split floats, {} preallocated",
+             plan.workspace_floats, workspace.bytes() / sizeof(float));
+    reserve(workspace, workspace_bytes, "split workspace");
     auto* ws = workspace.data_as<float>();
     const size_t partial = plan.workspace_floats / (static_cast<size_t>(layer.head_dim) + 1) *
                            static_cast<size_t>(layer.head_dim);
@@ -449,11 +441,13 @@ class CudaPagedBackend final : public AttentionBackend {
                                       .causal = !layer.is_cross_attention});
   }
 
-  // Grows `buf` to at least `bytes` (contents are not kept).
-  void reserve(Buffer& buf, size_t bytes, const char* what) {
+  // Grows `buf` to hold at least `bytes`, allocating `capacity` bytes (at least `bytes`) when it
+  // must; contents are not kept. Every buffer the backend grows on demand (page ids, split
+  // workspace, gathered K/V) goes through here.
+  void reserve(Buffer& buf, size_t bytes, const char* what, size_t capacity = 0) {
     if (bytes <= buf.bytes()) return;
     buf = Buffer();
-    auto grown = platform_.allocate_buffer(bytes);
+    auto grown = platform_.allocate_buffer(std::max(bytes, capacity));
     KV_CHECK(grown.is_ok(), "{} {} buffer of {} bytes: {}", name(), what, bytes,
              grown.status().to_string());
     buf = std::move(*grown);

@@ -241,7 +241,7 @@ void TranscriptionServer::install_routes() {
     model::WhisperRequest request{.features = std::move(audio->features),
                                   .prompt = std::move(prompt).value(),
                                   .temperature = r.temperature,
-                                  .seed = r.seed.value_or(fresh_seed())};
+                                  .seed = r.seed ? *r.seed : fresh_seed()};
     auto tokens = service_.submit(std::move(request)).get();
     if (!tokens.is_ok()) return send_error(res, from_status(tokens.status()));
     const std::string text = t.text(*tokens);
