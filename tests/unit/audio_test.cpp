@@ -7,7 +7,6 @@
 // sines. Randomised tests print their seed; set KVSERVE_TEST_SEED to replay one.
 #include <gtest/gtest.h>
 #include <sndfile.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +25,7 @@
 #include "kvserve/audio/log_mel.h"
 #include "kvserve/audio/log_mel_config.h"
 #include "kvserve/audio/resample.h"
+#include "unit/model_test_util.h"
 
 namespace kvserve::audio {
 namespace {
@@ -38,25 +38,7 @@ uint64_t test_seed() {
   return std::random_device{}();
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::mt19937_64 rng(std::random_device{}());
-    path_ = fs::temp_directory_path() /
-            ("kvserve-audio-test-" + std::to_string(getpid()) + "-" + std::to_string(rng()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using model::testing::TempDir;  // the suites' mkdtemp scratch directory
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

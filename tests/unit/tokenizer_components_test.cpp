@@ -22,6 +22,7 @@
 #include "kvserve/tokenizer/regex.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "kvserve/tokenizer/utf8.h"
+#include "unit/model_test_util.h"
 
 namespace kvserve::tokenizer {
 namespace {
@@ -43,23 +44,10 @@ void write_file(const fs::path& path, const std::string& text) {
   out << text;
 }
 
-// A scratch directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            fmt::format("kvserve_tok_{}_{}", ::testing::UnitTest::GetInstance()->random_seed(),
-                        counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+// A scratch directory removed at the end of the test: the suites' mkdtemp one. (A name made from
+// gtest's random seed, which is the clock's milliseconds unless shuffling, collided between test
+// processes that ctest -j2 starts together: one removed the other's files.)
+using model::testing::TempDir;
 
 std::unique_ptr<Tokenizer> load_fixture(const std::string& name) {
   auto t = Tokenizer::from_directory(kFixtures / name);
