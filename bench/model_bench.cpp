@@ -66,7 +66,7 @@ void BM_Decode(benchmark::State& state) {
   std::mt19937 rng(1);
   std::vector<mem::KvReqState> kv(bs);
   std::vector<mem::KvReqState*> ptrs;
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (auto& k : kv) ptrs.push_back(&k);
   std::vector<int32_t> lens(bs, kPrompt);
   std::vector<int32_t> loc;
@@ -77,16 +77,16 @@ void BM_Decode(benchmark::State& state) {
     fwd.push_back({kv[b].row, 0, ids});
   }
   std::vector<float> logits;
-  auto prefill = model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc, r.req_to_token(),
+  auto prefill = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, r.req_to_token(),
                                            r.kv_pool());
   r.forward(prefill, logits);
   for (auto _ : state) {
     const mem::AllocatorState saved = r.allocator().backup_state();
     std::vector<int32_t> dloc;
     if (!mem::alloc_for_decode(memory, ptrs, dloc).is_ok()) std::abort();
-    std::vector<model::ForwardRequest> step;
+    std::vector<mem::ForwardRequest> step;
     for (int32_t b = 0; b < bs; ++b) step.push_back({kv[b].row, kPrompt, {b + 1}});
-    auto batch = model::make_forward_batch(model::ForwardMode::kDecode, step, dloc,
+    auto batch = mem::make_forward_batch(mem::ForwardMode::kDecode, step, dloc,
                                            r.req_to_token(), r.kv_pool());
     r.forward(batch, logits);
     benchmark::DoNotOptimize(logits.data());

@@ -130,7 +130,7 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
     }
     // The prefill is an extend: eager even with graphs on.
     const int64_t replays0 = graphs->replays();
-    model::ForwardBatch prefill = s.batch(prompts, false);
+    mem::ForwardBatch prefill = s.batch(prompts, false);
     std::vector<int32_t> next;
     runner->forward_greedy(prefill, next);
     EXPECT_EQ(graphs->replays(), replays0);
@@ -142,12 +142,12 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
       std::vector<std::vector<int32_t>> add;
       for (const int32_t t : next)
         add.push_back({t});
-      const model::ForwardBatch batch = s.batch(add, true);
+      const mem::ForwardBatch batch = s.batch(add, true);
       ASSERT_TRUE(graphs->can_run(batch));
       // 1. Eager, unpadded (its K/V of this token are rewritten by the graph just after).
       runner->set_decode_graphs_enabled(false);
       std::vector<float> eager;
-      model::ForwardBatch b1 = batch;
+      mem::ForwardBatch b1 = batch;
       auto t0 = Clock::now();
       runner->forward(b1, eager);
       eager_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -156,11 +156,11 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
       const int64_t before = graphs->replays();
       std::vector<float> graph;
       std::vector<int32_t> graph_ids;
-      model::ForwardBatch b2 = batch;
+      mem::ForwardBatch b2 = batch;
       t0 = Clock::now();
       runner->forward(b2, graph);
       graph_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      model::ForwardBatch b3 = batch;
+      mem::ForwardBatch b3 = batch;
       runner->forward_greedy(b3, graph_ids);
       ASSERT_EQ(graphs->replays(), before + 2) << "bs " << bs << " did not replay";
       ASSERT_EQ(graph.size(), static_cast<size_t>(bs) * vocab);
@@ -170,9 +170,9 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
       runner->set_decode_graphs_enabled(false);
       std::vector<float> padded;
       std::vector<int32_t> padded_ids;
-      model::ForwardBatch b4 = model::pad_decode_batch(batch, bucket);
+      mem::ForwardBatch b4 = model::pad_decode_batch(batch, bucket);
       runner->forward(b4, padded);
-      model::ForwardBatch b5 = model::pad_decode_batch(batch, bucket);
+      mem::ForwardBatch b5 = model::pad_decode_batch(batch, bucket);
       runner->forward_greedy(b5, padded_ids);
       runner->set_decode_graphs_enabled(true);
       ASSERT_EQ(padded.size(), static_cast<size_t>(bucket) * vocab);
@@ -216,22 +216,22 @@ TEST_F(CudaGraphFallbackTest, LargerBatchesAndExtendsRunEagerly) {
   std::vector<std::vector<int32_t>> prompts(bs);
   for (int32_t b = 0; b < bs; ++b)
     prompts[b] = {b + 1, b + 2, b + 3};
-  model::ForwardBatch prefill = s.batch(prompts, false);
+  mem::ForwardBatch prefill = s.batch(prompts, false);
   std::vector<int32_t> next;
   runner->forward_greedy(prefill, next);
   for (int step = 0; step < 3; ++step) {
     std::vector<std::vector<int32_t>> add;
     for (const int32_t t : next)
       add.push_back({t});
-    const model::ForwardBatch batch = s.batch(add, true);
+    const mem::ForwardBatch batch = s.batch(add, true);
     EXPECT_FALSE(graphs->can_run(batch));
     const int64_t before = graphs->replays();
     std::vector<float> logits, again;
-    model::ForwardBatch b1 = batch;
+    mem::ForwardBatch b1 = batch;
     runner->forward(b1, logits);
     EXPECT_EQ(graphs->replays(), before) << "a batch of " << bs << " replayed a graph";
     runner->set_decode_graphs_enabled(false);
-    model::ForwardBatch b2 = batch;
+    mem::ForwardBatch b2 = batch;
     runner->forward(b2, again);
     runner->set_decode_graphs_enabled(true);
     EXPECT_EQ(std::memcmp(logits.data(), again.data(), logits.size() * sizeof(float)), 0);

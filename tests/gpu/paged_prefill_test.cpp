@@ -140,7 +140,7 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
       cuda->copy(buf.data(), h.data(), h.size() * 2, platform::CopyKind::kHostToDevice);
       return buf;
     };
-    auto run = [&](attention::AttentionBackend& backend, const model::ForwardBatch& batch,
+    auto run = [&](attention::AttentionBackend& backend, const mem::ForwardBatch& batch,
                    const Buffer& q, const Buffer& k, const Buffer& v) {
       const int64_t n = batch.num_tokens();
       auto out = std::move(cuda->allocate_buffer(n * kHeads * kDim * 2).value());
@@ -161,7 +161,7 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
     {
       std::vector<mem::KvReqState*> ptrs;
       std::vector<int32_t> seq;
-      std::vector<model::ForwardRequest> fwd;
+      std::vector<mem::ForwardRequest> fwd;
       for (size_t b = 0; b < prefix.size(); ++b) {
         if (prefix[b] == 0) continue;
         ptrs.push_back(&kv[b]);
@@ -171,8 +171,8 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
       ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, seq, loc).is_ok());
       for (size_t i = 0; i < ptrs.size(); ++i)
         fwd.push_back({ptrs[i]->row, 0, std::vector<int32_t>(seq[i], 1)});
-      model::ForwardBatch batch =
-          model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc, rows, *pool);
+      mem::ForwardBatch batch =
+          mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows, *pool);
       batch.req_to_token_device = mirror.get();
       const int64_t n = batch.num_tokens();
       run(*with_prefill, batch, upload(n * kHeads * kDim), upload(n * kKvHeads * kDim),
@@ -183,7 +183,7 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
     // 2. One extend over every request, through both paths.
     std::vector<mem::KvReqState*> ptrs;
     std::vector<int32_t> seq;
-    std::vector<model::ForwardRequest> fwd;
+    std::vector<mem::ForwardRequest> fwd;
     for (size_t b = 0; b < prefix.size(); ++b) {
       ptrs.push_back(&kv[b]);
       seq.push_back(prefix[b] + extend[b]);
@@ -192,8 +192,8 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
     ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, seq, loc).is_ok());
     for (size_t b = 0; b < prefix.size(); ++b)
       fwd.push_back({kv[b].row, prefix[b], std::vector<int32_t>(extend[b], 1)});
-    model::ForwardBatch batch =
-        model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc, rows, *pool);
+    mem::ForwardBatch batch =
+        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows, *pool);
     batch.req_to_token_device = mirror.get();
     const int64_t n = batch.num_tokens();
     const Buffer q = upload(n * kHeads * kDim), k = upload(n * kKvHeads * kDim),

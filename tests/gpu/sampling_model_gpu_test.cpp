@@ -96,7 +96,7 @@ TEST(SamplingModelGpuTest, ForwardSampleMatchesHostSamplerAndCpu) {
       csr.add_row(sp[b].has_penalties() ? counts[b].entries()
                                         : std::span<const ops::PenaltyEntry>());
     }
-    model::ForwardBatch fb = sg.batch(add, decode);
+    mem::ForwardBatch fb = sg.batch(add, decode);
     std::vector<int32_t> dev;
     // Rows 1 (penalized) and 2 also come back raw: the logits this step sampled from.
     const std::vector<int32_t> raw_rows = {1, 2};

@@ -15,7 +15,7 @@
 #include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/radix_cache.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 
 namespace kvserve::test_support {
 namespace {
@@ -95,15 +95,15 @@ class Scenario {
     std::vector<int32_t> loc;
     const Status s = mem::alloc_for_extend(memory_, states, seq_lens, loc);
     KV_CHECK(s.is_ok(), "{}", s.to_string());
-    std::vector<model::ForwardRequest> fwd;
+    std::vector<mem::ForwardRequest> fwd;
     for (size_t i = 0; i < reqs.size(); ++i) {
       const auto prefix = static_cast<int32_t>(reqs[i]->kv.prefix_indices.size());
       fwd.push_back({reqs[i]->kv.row, prefix,
                      std::vector<int32_t>(reqs[i]->tokens.begin() + prefix,
                                           reqs[i]->tokens.begin() + seq_lens[i])});
     }
-    model::ForwardBatch batch =
-        model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc, rows_, *pool_);
+    mem::ForwardBatch batch =
+        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows_, *pool_);
     batch.req_to_token_device = mirror_.get();
     backend_->init_forward_metadata(batch);
     check(batch, step);
@@ -123,14 +123,14 @@ class Scenario {
     std::vector<int32_t> loc;
     const Status s = mem::alloc_for_decode(memory_, states, loc);
     KV_CHECK(s.is_ok(), "{}", s.to_string());
-    std::vector<model::ForwardRequest> fwd;
+    std::vector<mem::ForwardRequest> fwd;
     for (Request* r : reqs)
       fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->tokens.back()}});
-    model::ForwardBatch batch =
-        model::make_forward_batch(model::ForwardMode::kDecode, fwd, loc, rows_, *pool_);
+    mem::ForwardBatch batch =
+        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows_, *pool_);
     batch.req_to_token_device = mirror_.get();
     if (graph && !staging_.empty()) {
-      const model::ForwardBatch padded = model::pad_decode_batch(batch, kGraphBs);
+      const mem::ForwardBatch padded = model::pad_decode_batch(batch, kGraphBs);
       auto* device = staged_.data_as<int32_t>();
       const int64_t n = backend_->init_forward_metadata_decode_graph(
           padded, staging_.data(), static_cast<int64_t>(staging_.size()), device);
@@ -158,7 +158,7 @@ class Scenario {
   MirrorScenarioStats& stats() { return stats_; }
 
  private:
-  void check(const model::ForwardBatch& batch, const char* step) {
+  void check(const mem::ForwardBatch& batch, const char* step) {
     ++stats_.forwards;
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
       const int32_t row = batch.req_pool_indices[b];
@@ -249,7 +249,7 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
       backend == "cuda-paged" ? attention::make_cuda_paged_backend(platform)
                               : attention::make_cuda_ragged_backend(platform);
   int64_t checked = 0;
-  auto check = [&](const model::ForwardBatch& batch, const char* step) {
+  auto check = [&](const mem::ForwardBatch& batch, const char* step) {
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
       const int32_t row = batch.req_pool_indices[b];
       const int32_t len = batch.kv_start(b) + batch.seq_lens[b];
@@ -276,15 +276,15 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
   std::vector<int32_t> loc;
   KV_CHECK(mem::alloc_for_extend(memory, ptrs, seq_lens, loc).is_ok());
   std::vector<mem::EncDecRow> enc_rows;
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (int32_t b = 0; b < bs; ++b) {
     enc_rows.push_back({states[b].row, encoder_lens[b], prompt_lens[b]});
     fwd.push_back({states[b].row, 0, std::vector<int32_t>(prompt_lens[b], 7)});
   }
   std::vector<int32_t> encoder_loc, decoder_loc;
   mem::split_encoder_decoder_loc(loc, enc_rows, page_size, layout, encoder_loc, decoder_loc);
-  model::ForwardBatch batch =
-      model::make_forward_batch(model::ForwardMode::kExtend, fwd, decoder_loc, rows, *pool);
+  mem::ForwardBatch batch =
+      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc, rows, *pool);
   batch.self_kv_start = starts;
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
@@ -299,7 +299,7 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
     for (int32_t b = 0; b < bs; ++b) {
       fwd.push_back({states[b].row, prompt_lens[b] + step, {7}});
     }
-    batch = model::make_forward_batch(model::ForwardMode::kDecode, fwd, loc, rows, *pool);
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows, *pool);
     batch.self_kv_start = starts;
     batch.encoder_lens = encoder_lens;
     batch.req_to_token_device = mirror.get();

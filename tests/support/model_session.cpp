@@ -18,11 +18,11 @@ ModelSession::~ModelSession() {
   }
 }
 
-model::ForwardBatch ModelSession::batch(const std::vector<std::vector<int32_t>>& add, bool decode) {
+mem::ForwardBatch ModelSession::batch(const std::vector<std::vector<int32_t>>& add, bool decode) {
   const mem::KvMemory memory{runner_.req_to_token(), runner_.allocator(), cache_};
   std::vector<mem::KvReqState*> states;
   std::vector<int32_t> seq_lens;
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (size_t b = 0; b < kv_.size(); ++b) {
     states.push_back(&kv_[b]);
     const int32_t prefix = kv_[b].kv_allocated_len;
@@ -40,13 +40,13 @@ model::ForwardBatch ModelSession::batch(const std::vector<std::vector<int32_t>>&
   for (size_t b = 0; b < kv_.size(); ++b) {
     fwd.push_back({kv_[b].row, seq_lens[b] - static_cast<int32_t>(add[b].size()), add[b]});
   }
-  return model::make_forward_batch(
-      decode ? model::ForwardMode::kDecode : model::ForwardMode::kExtend, fwd, std::move(loc),
+  return mem::make_forward_batch(
+      decode ? mem::ForwardMode::kDecode : mem::ForwardMode::kExtend, fwd, std::move(loc),
       runner_.req_to_token(), runner_.kv_pool());
 }
 
 std::vector<float> ModelSession::logits(const std::vector<std::vector<int32_t>>& add, bool decode) {
-  model::ForwardBatch b = batch(add, decode);
+  mem::ForwardBatch b = batch(add, decode);
   std::vector<float> out;
   runner_.forward(b, out);
   return out;

@@ -8,7 +8,7 @@
 
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/prefix_cache.h"
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/model/model_runner.h"
 
 namespace kvserve::test_support {
@@ -22,7 +22,7 @@ class ModelSession {
 
   // Appends add[b] to request b (a prefill, an extend over what it has, or with `decode` one
   // token), allocates their slots and returns the batch, not yet run.
-  model::ForwardBatch batch(const std::vector<std::vector<int32_t>>& add, bool decode);
+  mem::ForwardBatch batch(const std::vector<std::vector<int32_t>>& add, bool decode);
   // The same, run: the logits of each request's last token, [n, vocab].
   std::vector<float> logits(const std::vector<std::vector<int32_t>>& add, bool decode);
 

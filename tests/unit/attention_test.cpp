@@ -148,7 +148,7 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
   // 2. One batched extend over all requests.
   std::vector<KvReqState*> ptrs;
   std::vector<int32_t> seq_lens;
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (size_t b = 0; b < bs; ++b) {
     ptrs.push_back(&kv[b]);
     seq_lens.push_back(prefix[b] + extend[b]);
@@ -158,8 +158,8 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
   for (size_t b = 0; b < bs; ++b) {
     fwd.push_back({kv[b].row, prefix[b], std::vector<int32_t>(extend[b], 1)});
   }
-  model::ForwardBatch batch =
-      model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc, rows, *pool_);
+  mem::ForwardBatch batch =
+      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows, *pool_);
   const int64_t n = batch.num_tokens();
   std::vector<float> q = random(n * q_row());
   std::vector<float> k(n * kv_row()), v(n * kv_row()), out(n * q_row(), NAN), want(n * q_row());
@@ -181,7 +181,7 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
   ASSERT_TRUE(mem::alloc_for_decode(memory, ptrs, dloc).is_ok());
   fwd.clear();
   for (size_t b = 0; b < bs; ++b) fwd.push_back({kv[b].row, seq_lens[b], {1}});
-  batch = model::make_forward_batch(model::ForwardMode::kDecode, fwd, dloc, rows, *pool_);
+  batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, dloc, rows, *pool_);
   q = random(bs * q_row());
   k.assign(bs * kv_row(), 0);
   v.assign(bs * kv_row(), 0);
@@ -224,10 +224,10 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
     for (size_t b = 0; b < bs; ++b) er.push_back({kv[b].row, enc[b], dec[b]});
     std::vector<int32_t> enc_loc, dec_loc;
     mem::split_encoder_decoder_loc(loc, er, ps, layout, enc_loc, dec_loc);
-    std::vector<model::ForwardRequest> fwd;
+    std::vector<mem::ForwardRequest> fwd;
     for (size_t b = 0; b < bs; ++b) fwd.push_back({kv[b].row, 0, std::vector<int32_t>(dec[b], 1)});
-    model::ForwardBatch batch =
-        model::make_forward_batch(model::ForwardMode::kExtend, fwd, dec_loc, rows, *pool_);
+    mem::ForwardBatch batch =
+        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, dec_loc, rows, *pool_);
     batch.self_kv_start = starts;
     batch.encoder_lens = enc;
     batch.encoder_out_cache_loc = enc_loc;

@@ -13,7 +13,7 @@
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "model_test_util.h"
@@ -80,14 +80,14 @@ struct Pools {
     }
   }
   // A decode batch: request b computes its last position.
-  ForwardBatch decode(const std::vector<int32_t>& lens) {
-    std::vector<ForwardRequest> fwd;
+  mem::ForwardBatch decode(const std::vector<int32_t>& lens) {
+    std::vector<mem::ForwardRequest> fwd;
     std::vector<int32_t> loc;
     for (size_t b = 0; b < lens.size(); ++b) {
       fwd.push_back({req[b], lens[b] - 1, {static_cast<int32_t>(100 + b)}});
       loc.push_back(rows.at(req[b], lens[b] - 1));
     }
-    ForwardBatch batch = make_forward_batch(ForwardMode::kDecode, fwd, loc, rows, *pool);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows, *pool);
     batch.req_to_token_device = mirror.get();
     return batch;
   }
@@ -101,8 +101,8 @@ struct Pools {
 
 TEST(PadDecodeBatch, PadEntriesReadRowZeroAndWriteSlotZero) {
   Pools p(16, {5, 40, 17});
-  const ForwardBatch batch = p.decode({5, 40, 17});
-  const ForwardBatch padded = pad_decode_batch(batch, 8);
+  const mem::ForwardBatch batch = p.decode({5, 40, 17});
+  const mem::ForwardBatch padded = pad_decode_batch(batch, 8);
   ASSERT_EQ(padded.batch_size(), 8);
   ASSERT_EQ(padded.num_tokens(), 8);
   EXPECT_TRUE(padded.is_decode());
@@ -129,13 +129,13 @@ TEST(PadDecodeBatch, PadEntriesReadRowZeroAndWriteSlotZero) {
   EXPECT_EQ(padded.extend_start_loc, iota);
   EXPECT_EQ(padded.logits_indices, iota);
   // Exactly full: unchanged.
-  const ForwardBatch same = pad_decode_batch(batch, 3);
+  const mem::ForwardBatch same = pad_decode_batch(batch, 3);
   EXPECT_EQ(same.req_pool_indices, batch.req_pool_indices);
   EXPECT_EQ(same.logits_indices, batch.logits_indices);
   // An all-pad batch (what a capture records).
-  ForwardBatch empty;
-  empty.mode = ForwardMode::kDecode;
-  const ForwardBatch pads = pad_decode_batch(empty, 4);
+  mem::ForwardBatch empty;
+  empty.mode = mem::ForwardMode::kDecode;
+  const mem::ForwardBatch pads = pad_decode_batch(empty, 4);
   EXPECT_EQ(pads.req_pool_indices, (std::vector<int32_t>{0, 0, 0, 0}));
   EXPECT_EQ(pads.seq_lens, (std::vector<int32_t>{1, 1, 1, 1}));
   EXPECT_EQ(pads.out_cache_loc, (std::vector<int32_t>{0, 0, 0, 0}));
@@ -143,31 +143,31 @@ TEST(PadDecodeBatch, PadEntriesReadRowZeroAndWriteSlotZero) {
 
 TEST(PadDecodeBatch, RejectsWhatAGraphCannotRun) {
   Pools p(1, {5, 6});
-  const ForwardBatch batch = p.decode({5, 6});
+  const mem::ForwardBatch batch = p.decode({5, 6});
   EXPECT_THROW(pad_decode_batch(batch, 1), CheckError);  // larger than the bucket
-  ForwardBatch extend = batch;
-  extend.mode = ForwardMode::kExtend;
+  mem::ForwardBatch extend = batch;
+  extend.mode = mem::ForwardMode::kExtend;
   EXPECT_THROW(pad_decode_batch(extend, 4), CheckError);
-  ForwardBatch cross = batch;
+  mem::ForwardBatch cross = batch;
   cross.encoder_lens = {3, 3};
   EXPECT_THROW(pad_decode_batch(cross, 4), CheckError);
 }
 
 TEST(BatchInts, PackedAsIdsPositionsLogitsRows) {
   Pools p(1, {5, 6, 9});
-  const ForwardBatch batch = p.decode({5, 6, 9});
-  ASSERT_EQ(batch_ints_size(batch), 9);
+  const mem::ForwardBatch batch = p.decode({5, 6, 9});
+  ASSERT_EQ(mem::batch_ints_size(batch), 9);
   std::vector<int32_t> host(9, -1);
-  pack_batch_ints(batch, host.data());
+  mem::pack_batch_ints(batch, host.data());
   EXPECT_EQ(host, (std::vector<int32_t>{100, 101, 102, 4, 5, 8, 0, 1, 2}));
-  const DeviceBatchInts at = batch_ints_at(batch, host.data());
+  const mem::DeviceBatchInts at = mem::batch_ints_at(batch, host.data());
   EXPECT_EQ(at.input_ids, host.data());
   EXPECT_EQ(at.positions, host.data() + 3);
   EXPECT_EQ(at.logits_indices, host.data() + 6);
   // Upload: one copy into the device buffer (plain memory on the CPU platform).
   std::vector<int32_t> staging;
   std::vector<int32_t> device(9, -1);
-  const DeviceBatchInts up = upload_batch_ints(*p.platform, batch, staging, device.data());
+  const mem::DeviceBatchInts up = mem::upload_batch_ints(*p.platform, batch, staging, device.data());
   EXPECT_EQ(device, host);
   EXPECT_EQ(up.logits_indices, device.data() + 6);
 }
@@ -193,7 +193,7 @@ TEST_P(CudaPagedGraphPlanTest, FixedOffsetsPerBatchSizeAndPadsOnRowZero) {
   // No page ids in the plan: its size does not depend on the requests' lengths.
   EXPECT_EQ(*cap, 7 * 8 + 2);
 
-  const ForwardBatch padded = pad_decode_batch(p.decode(lens), 8);
+  const mem::ForwardBatch padded = pad_decode_batch(p.decode(lens), 8);
   std::vector<int32_t> host(*cap + 1, -7);
   std::vector<int32_t> device(*cap);
   const int64_t n =
@@ -243,7 +243,7 @@ TEST_P(CudaPagedGraphPlanTest, FixedOffsetsPerBatchSizeAndPadsOnRowZero) {
   // Another batch of the same size, different lengths: same offsets, same size.
   const std::vector<int32_t> lens2 = {1000, 1000, 999, 3};
   Pools q(ps, lens2);
-  const ForwardBatch padded2 = pad_decode_batch(q.decode(lens2), 8);
+  const mem::ForwardBatch padded2 = pad_decode_batch(q.decode(lens2), 8);
   const int64_t n2 =
       backend->init_forward_metadata_decode_graph(padded2, host.data(), *cap, device.data());
   EXPECT_EQ(n2, n);

@@ -62,7 +62,7 @@ TEST(ForwardSample, CpuEqualsForwardThenHostSampler) {
       csr.add_row(sp[b].has_penalties() ? counts[b].entries()
                                         : std::span<const ops::PenaltyEntry>());
     }
-    ForwardBatch fb = sampled.batch(add, decode);
+    mem::ForwardBatch fb = sampled.batch(add, decode);
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     std::vector<float> raw;

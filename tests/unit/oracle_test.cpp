@@ -75,10 +75,10 @@ std::vector<std::vector<float>> prefill_logits(model::ModelRunner& r,
   }
   std::vector<int32_t> loc;
   EXPECT_TRUE(mem::alloc_for_extend(memory, ptrs, lens, loc).is_ok());
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (size_t i = 0; i < prompts.size(); ++i)
     fwd.push_back({kv[i].row, 0, prompts[i]});
-  model::ForwardBatch batch = model::make_forward_batch(model::ForwardMode::kExtend, fwd, loc,
+  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc,
                                                         r.req_to_token(), r.kv_pool());
   std::vector<float> flat;
   r.forward(batch, flat);

@@ -18,7 +18,7 @@
 
 #include "kvserve/core/check.h"
 #include "kvserve/core/status.h"
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::attention {
@@ -58,7 +58,7 @@ class AttentionBackend {
   virtual ~AttentionBackend() = default;
   virtual std::string_view name() const = 0;
 
-  virtual void init_forward_metadata(const model::ForwardBatch& batch) = 0;
+  virtual void init_forward_metadata(const mem::ForwardBatch& batch) = 0;
 
   // Decode graphs (SGLang's init_cuda_graph_state / init_forward_metadata_capture_cuda_graph /
   // ..._replay_cuda_graph, sglang-notes §6.1). A backend that has them plans a decode batch
@@ -79,7 +79,7 @@ class AttentionBackend {
   // those n integers by the time its kernels run. Host work, except device work that must precede
   // the replay and is not part of the graph (queued on the current stream: cuda-paged writes the
   // rows the host rewrote outside a forward into the req_to_token mirror).
-  virtual int64_t init_forward_metadata_decode_graph(const model::ForwardBatch& /*batch*/,
+  virtual int64_t init_forward_metadata_decode_graph(const mem::ForwardBatch& /*batch*/,
                                                      int32_t* /*host*/, int64_t /*capacity*/,
                                                      const int32_t* /*device*/) {
     KV_CHECK(false, "attention backend {} has no decode graphs", name());
@@ -95,11 +95,11 @@ class AttentionBackend {
   // null k / v in AttentionIO, and the backend stores nothing.
   virtual const int32_t* device_out_cache_loc() const { return nullptr; }
   virtual void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                              const model::ForwardBatch& batch, bool save_kv = true) = 0;
+                              const mem::ForwardBatch& batch, bool save_kv = true) = 0;
   virtual void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                              const model::ForwardBatch& batch, bool save_kv = true) = 0;
+                              const mem::ForwardBatch& batch, bool save_kv = true) = 0;
 
-  void forward(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
+  void forward(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
                bool save_kv = true) {
     if (batch.is_decode()) {
       forward_decode(io, layer, batch, save_kv);
@@ -120,6 +120,6 @@ Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_v
 
 // Stores the layer's new K/V (what every backend does first).
 void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,
-                     const model::ForwardBatch& batch);
+                     const mem::ForwardBatch& batch);
 
 }  // namespace kvserve::attention

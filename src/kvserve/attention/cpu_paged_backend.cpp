@@ -16,7 +16,7 @@ class CpuPagedBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "cpu"; }
 
-  void init_forward_metadata(const model::ForwardBatch& batch) override {
+  void init_forward_metadata(const mem::ForwardBatch& batch) override {
     const int32_t ps = batch.kv_pool->config().page_size;
     const int32_t bs = batch.batch_size();
     std::vector<mem::KvRange> self(bs);
@@ -39,16 +39,16 @@ class CpuPagedBackend final : public AttentionBackend {
   }
 
   void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
+                      const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
   }
   void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
+                      const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
   }
 
  private:
-  void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
+  void run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
            bool save_kv) {
     KV_CHECK(io.dtype == DType::kF32, "the CPU backends compute in f32");
     KV_CHECK_EQ(static_cast<int32_t>(token_request_.size()), batch.num_tokens(),

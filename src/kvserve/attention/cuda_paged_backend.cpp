@@ -82,7 +82,7 @@ class CudaPagedBackend final : public AttentionBackend {
   std::string_view name() const override { return options_.gather ? "cuda-ragged" : "cuda-paged"; }
   const int32_t* device_out_cache_loc() const override { return meta_.device(loc_); }
 
-  void init_forward_metadata(const model::ForwardBatch& batch) override {
+  void init_forward_metadata(const mem::ForwardBatch& batch) override {
     build(batch, /*graph=*/false);
     graph_ = false;
     meta_.upload();
@@ -117,7 +117,7 @@ class CudaPagedBackend final : public AttentionBackend {
     return graph_plan_ints(shape.max_bs);
   }
 
-  int64_t init_forward_metadata_decode_graph(const model::ForwardBatch& batch, int32_t* host,
+  int64_t init_forward_metadata_decode_graph(const mem::ForwardBatch& batch, int32_t* host,
                                              int64_t capacity, const int32_t* device) override {
     KV_CHECK(batch.is_decode() && batch.num_tokens() == batch.batch_size(),
              "a decode graph runs decode batches");
@@ -148,11 +148,11 @@ class CudaPagedBackend final : public AttentionBackend {
   }
 
   void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
+                      const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
   }
   void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
+                      const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
   }
 
@@ -163,7 +163,7 @@ class CudaPagedBackend final : public AttentionBackend {
 
   // The forward's integers on the host (O(batch), plus an extend's prefix slots for the mirror),
   // and what each layer's launch reads of them.
-  void build(const model::ForwardBatch& batch, bool graph) {
+  void build(const mem::ForwardBatch& batch, bool graph) {
     meta_.clear();
     plan_.reset();
     index_size_ = 0;
@@ -221,7 +221,7 @@ class CudaPagedBackend final : public AttentionBackend {
   }
 
   // Prefill kernel metadata: each request's page list (device-built), indptr and KV length.
-  QuerySet add_requests(const model::ForwardBatch& batch, std::span<const int32_t> starts,
+  QuerySet add_requests(const mem::ForwardBatch& batch, std::span<const int32_t> starts,
                         std::span<const int32_t> lens) {
     QuerySet q;
     q.prefill = true;
@@ -235,7 +235,7 @@ class CudaPagedBackend final : public AttentionBackend {
     return q;
   }
 
-  QuerySet add_queries(const model::ForwardBatch& batch, std::span<const int32_t> starts,
+  QuerySet add_queries(const mem::ForwardBatch& batch, std::span<const int32_t> starts,
                        std::span<const int32_t> lens, bool causal) {
     QuerySet q;
     const int32_t n = batch.num_tokens();
@@ -283,7 +283,7 @@ class CudaPagedBackend final : public AttentionBackend {
     }
   }
 
-  void run(const AttentionIO& io, const AttentionLayer& layer, const model::ForwardBatch& batch,
+  void run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
            bool save_kv) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
     const DType kv_dtype = pool.config().dtype;
@@ -416,7 +416,7 @@ class CudaPagedBackend final : public AttentionBackend {
   // (an fp8 cache widened by the gather), sequences cut by the forward's cu_q and the slot lists'
   // indptr.
   void run_varlen(const AttentionIO& io, const AttentionLayer& layer,
-                  const model::ForwardBatch& batch, const QuerySet& qs) {
+                  const mem::ForwardBatch& batch, const QuerySet& qs) {
     gather(qs, layer, *batch.kv_pool, io.dtype);
     const int32_t* meta = meta_.device();
     const int64_t q_width = static_cast<int64_t>(layer.num_heads) * layer.head_dim;

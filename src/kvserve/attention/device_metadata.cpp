@@ -39,7 +39,7 @@ int64_t DeviceMetadata::stage(int32_t* host, int64_t capacity, const int32_t* de
   return n;
 }
 
-MirrorWrite plan_mirror_write(const model::ForwardBatch& batch, DeviceMetadata& meta, int64_t rows,
+MirrorWrite plan_mirror_write(const mem::ForwardBatch& batch, DeviceMetadata& meta, int64_t rows,
                               int64_t loc, MirrorWriteMode mode) {
   mem::DeviceReqToToken* mirror = batch.req_to_token_device;
   KV_CHECK(mirror != nullptr, "a device attention backend needs the batch's req_to_token mirror");
@@ -140,7 +140,7 @@ void build_kv_indices(platform::Platform& platform, const mem::DeviceReqToToken&
 }
 
 void store_kv_from_device(platform::Platform& platform, const AttentionIO& io,
-                          const AttentionLayer& layer, const model::ForwardBatch& batch,
+                          const AttentionLayer& layer, const mem::ForwardBatch& batch,
                           const int32_t* loc, const int32_t* encoder_loc) {
   if (io.k == nullptr) return;  // cross-attention over an already cached encoder
   const bool cross = layer.is_cross_attention;

@@ -77,7 +77,7 @@ struct MirrorWrite {
 // Appends the write's integers to `meta`; `rows` and `loc` are the offsets of the batch's
 // req_pool_indices and out_cache_loc already in it. kAll and kPrefixOnly take the rows' written
 // ranges from the host pool. Host work only.
-MirrorWrite plan_mirror_write(const model::ForwardBatch& batch, DeviceMetadata& meta, int64_t rows,
+MirrorWrite plan_mirror_write(const mem::ForwardBatch& batch, DeviceMetadata& meta, int64_t rows,
                               int64_t loc, MirrorWriteMode mode);
 // Queues the write on the platform's current stream; `meta` is meta.device() once uploaded/staged.
 void write_mirror(platform::Platform& platform, mem::DeviceReqToToken& mirror,
@@ -106,7 +106,7 @@ void build_kv_indices(platform::Platform& platform, const mem::DeviceReqToToken&
 // cross-attention K/V computed in this forward: at batch.encoder_out_cache_loc, `encoder_loc`).
 // Nothing for cross-attention over an already cached encoder (io.k == nullptr).
 void store_kv_from_device(platform::Platform& platform, const AttentionIO& io,
-                          const AttentionLayer& layer, const model::ForwardBatch& batch,
+                          const AttentionLayer& layer, const mem::ForwardBatch& batch,
                           const int32_t* loc, const int32_t* encoder_loc);
 
 }  // namespace kvserve::attention

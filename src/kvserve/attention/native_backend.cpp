@@ -13,19 +13,19 @@ namespace {
 class NativeBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "native"; }
-  void init_forward_metadata(const model::ForwardBatch& /*batch*/) override {}
+  void init_forward_metadata(const mem::ForwardBatch& /*batch*/) override {}
   void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
+                      const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
   }
   void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const model::ForwardBatch& batch, bool save_kv) override {
+                      const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
   }
 
  private:
   static void run(const AttentionIO& io, const AttentionLayer& layer,
-                  const model::ForwardBatch& batch, bool save_kv) {
+                  const mem::ForwardBatch& batch, bool save_kv) {
     KV_CHECK(io.dtype == DType::kF32, "the CPU backends compute in f32");
     if (save_kv) save_kv_to_pool(io, layer, batch);
     const int32_t heads = layer.num_heads;

@@ -38,7 +38,7 @@ Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_v
 }
 
 void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,
-                     const model::ForwardBatch& batch) {
+                     const mem::ForwardBatch& batch) {
   if (io.k == nullptr) return;  // cross-attention over an already cached encoder
   const std::vector<int32_t>& slots =
       layer.is_cross_attention ? batch.encoder_out_cache_loc : batch.out_cache_loc;

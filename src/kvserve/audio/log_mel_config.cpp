@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 
 namespace kvserve::audio {
 
@@ -35,10 +35,10 @@ Status validate(const LogMelConfig& c, std::string_view source) {
 
 Result<LogMelConfig> parse_preprocessor_config(const std::filesystem::path& path) {
   const std::string source = path.string();
-  KV_ASSIGN_OR_RETURN(const std::string text, model::read_text_file(path));
-  KV_ASSIGN_OR_RETURN(const nlohmann::json root, model::parse_json(text, source));
-  KV_RETURN_IF_ERROR(model::JsonFields::expect_object(root, source, ""));
-  const model::JsonFields f(root, source);
+  KV_ASSIGN_OR_RETURN(const std::string text, core::read_text_file(path));
+  KV_ASSIGN_OR_RETURN(const nlohmann::json root, core::parse_json(text, source));
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(root, source, ""));
+  const core::JsonFields f(root, source);
 
   LogMelConfig c;
   auto read_int = [&](std::string_view key, int32_t& out) -> Status {

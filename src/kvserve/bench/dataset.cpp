@@ -6,7 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 
 namespace kvserve::bench {
 namespace {
@@ -124,8 +124,8 @@ Result<std::vector<DatasetRow>> sample_sharegpt_requests(const ShareGptOptions& 
     return invalid_argument("--sharegpt-context-len must be >= 1, got {}", *o.context_len);
   }
   const std::string source = o.path.string();
-  KV_ASSIGN_OR_RETURN(const std::string text, model::read_text_file(o.path));
-  KV_ASSIGN_OR_RETURN(const json data, model::parse_json(text, source));
+  KV_ASSIGN_OR_RETURN(const std::string text, core::read_text_file(o.path));
+  KV_ASSIGN_OR_RETURN(const json data, core::parse_json(text, source));
   if (!data.is_array()) {
     return invalid_argument("{}: expected a JSON list of conversations, got {}", source,
                             data.type_name());

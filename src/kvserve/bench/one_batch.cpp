@@ -99,7 +99,7 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
   r.output_len = output_len;
   std::vector<int32_t> next;
   std::vector<int32_t> out_cache_loc;
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
 
   // Prefill: allocation, forward and the greedy pick, as SGLang's extend() + sample.
   platform.synchronize();
@@ -111,8 +111,8 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
   }
   for (size_t b = 0; b < bs; ++b)
     fwd.push_back({kv[b].row, 0, tokens[b]});
-  model::ForwardBatch batch = model::make_forward_batch(
-      model::ForwardMode::kExtend, fwd, std::move(out_cache_loc), rows, runner.kv_pool());
+  mem::ForwardBatch batch = mem::make_forward_batch(
+      mem::ForwardMode::kExtend, fwd, std::move(out_cache_loc), rows, runner.kv_pool());
   runner.forward_greedy(batch, next);
   platform.synchronize();
   r.prefill_latency = seconds(t0, Clock::now());
@@ -134,7 +134,7 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
     fwd.clear();
     for (size_t b = 0; b < bs; ++b)
       fwd.push_back({kv[b].row, kv[b].kv_allocated_len - 1, {tokens[b].back()}});
-    batch = model::make_forward_batch(model::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
                                       rows, runner.kv_pool());
     runner.forward_greedy(batch, next);
     platform.synchronize();

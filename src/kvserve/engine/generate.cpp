@@ -113,14 +113,14 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
   }
 
   // Prefill.
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (const Running& r : reqs) {
     const int32_t prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
     fwd.push_back(
         {r.kv.row, prefix, std::vector<int32_t>(r.tokens.begin() + prefix, r.tokens.end())});
   }
-  model::ForwardBatch batch =
-      model::make_forward_batch(model::ForwardMode::kExtend, fwd, std::move(out_cache_loc),
+  mem::ForwardBatch batch =
+      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, std::move(out_cache_loc),
                                 runner.req_to_token(), runner.kv_pool());
   std::vector<float> logits;
   runner.forward(batch, logits);
@@ -169,7 +169,7 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
     for (Running* r : running) {
       fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->tokens.back()}});
     }
-    batch = model::make_forward_batch(model::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
                                       runner.req_to_token(), runner.kv_pool());
     runner.forward(batch, logits);
     for (size_t i = 0; i < running.size(); ++i) {

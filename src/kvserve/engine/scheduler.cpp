@@ -146,7 +146,7 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
   ++prefill_batches_;
   // Which rows need logits: input logprobs (positions whose next token is still input) and the
   // last position of a complete prompt (its first sampled token).
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   std::vector<std::vector<int32_t>> rows_of(batch.size());
   std::vector<int32_t> logits_rows;
   int32_t start = 0;
@@ -167,8 +167,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     start += seq - prefix;
   }
-  model::ForwardBatch fb = model::make_forward_batch(
-      model::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  mem::ForwardBatch fb = mem::make_forward_batch(
+      mem::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
   // On a device, when every logits row is a sampled one (no input logprobs), the rows are sampled
   // there and only the tokens come back. sampled_of[i]: request i's row in sampled_ (or -1).
@@ -290,11 +290,11 @@ void Scheduler::run_decode() {
   const Status s = mem::alloc_for_decode(memory_, kvs, loc);
   KV_CHECK(s.is_ok(), "decode allocation after the memory check: {}", s.to_string());
   ++decode_steps_;
-  std::vector<model::ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (Req* r : running_)
     fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
-  model::ForwardBatch fb = model::make_forward_batch(
-      model::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  mem::ForwardBatch fb = mem::make_forward_batch(
+      mem::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
   // When every request decodes greedily and reads nothing else from its logits, the argmax is
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
@@ -332,7 +332,7 @@ void Scheduler::run_decode() {
 
 // --- results -------------------------------------------------------------------------------
 
-void Scheduler::timed_forward(model::ForwardBatch& batch) {
+void Scheduler::timed_forward(mem::ForwardBatch& batch) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
   runner_.forward(batch, logits_);
@@ -340,7 +340,7 @@ void Scheduler::timed_forward(model::ForwardBatch& batch) {
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
 }
 
-void Scheduler::timed_forward_greedy(model::ForwardBatch& batch) {
+void Scheduler::timed_forward_greedy(mem::ForwardBatch& batch) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
   runner_.forward_greedy(batch, greedy_tokens_);
@@ -358,7 +358,7 @@ std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
   return r.penalties->entries();
 }
 
-void Scheduler::timed_forward_sample(model::ForwardBatch& batch, const std::vector<Req*>& reqs) {
+void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
   sample_rows_.clear();

@@ -100,16 +100,16 @@ class Scheduler {
   bool ensure_decode_memory();
   void retract(Req* r);
   void init_next_round_input(Req& r);
-  void timed_forward(model::ForwardBatch& batch);  // runner_.forward into logits_, timed
+  void timed_forward(mem::ForwardBatch& batch);  // runner_.forward into logits_, timed
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
-  void timed_forward_greedy(model::ForwardBatch& batch);
+  void timed_forward_greedy(mem::ForwardBatch& batch);
   // Whether batches sample on the device (device platforms): every row's token is drawn there;
   // the rows whose logprobs need their raw logits (top-N logprobs, a penalized row's chosen-token
   // logprob: needs_raw_logits) come back to the host alone, not the whole batch.
   bool device_sampling() const;
   // runner_.forward_sample for `reqs` (row i samples reqs[i]) into sampled_, timed as a forward;
   // the raw rows' logprobs are filled on the host (fill_logprobs).
-  void timed_forward_sample(model::ForwardBatch& batch, const std::vector<Req*>& reqs);
+  void timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs);
   std::span<const ops::PenaltyEntry> penalty_entries(Req& r);
   void accept_token(Req& r, std::span<const float> logits);  // sample, then accept_sampled
   void accept_sampled(Req& r, const SampledToken& t);

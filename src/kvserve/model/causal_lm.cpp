@@ -31,7 +31,7 @@ struct CausalLM::Layer {
 struct CausalLM::Workspace {
   int64_t tokens = 0;
   Tensor hidden, residual, normed, qkv, q, k, v, attn, gate_up, act, last;
-  Tensor ints;  // i32 [3, tokens]: input_ids | positions | logits_indices (upload_batch_ints)
+  Tensor ints;  // i32 [3, tokens]: input_ids | positions | logits_indices (mem::upload_batch_ints)
   int64_t logit_rows = 0;
   Tensor
       logits;  // f32 [logit_rows, vocab] on device platforms (the CPU writes the caller's vector)
@@ -222,7 +222,7 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
   return m;
 }
 
-DeviceBatchInts CausalLM::upload_eager(const ForwardBatch& batch) {
+mem::DeviceBatchInts CausalLM::upload_eager(const mem::ForwardBatch& batch) {
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
@@ -230,11 +230,11 @@ DeviceBatchInts CausalLM::upload_eager(const ForwardBatch& batch) {
   Status reserved = ws_->reserve(platform_, config_, dtype_, n);
   if (reserved.is_ok()) reserved = ws_->reserve_logits(platform_, config_.vocab_size, rows);
   KV_CHECK(reserved.is_ok(), "activation memory: {}", reserved.to_string());
-  return upload_batch_ints(platform_, batch, ws_->host_ints, ws_->ints.data_as<int32_t>());
+  return mem::upload_batch_ints(platform_, batch, ws_->host_ints, ws_->ints.data_as<int32_t>());
 }
 
-void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
-                   const DeviceBatchInts& in, float* host_logits) {
+void CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
+                   const mem::DeviceBatchInts& in, float* host_logits) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens();
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
@@ -374,11 +374,11 @@ void CausalLM::run(const ForwardBatch& batch, attention::AttentionBackend& backe
                         .ldc = c.vocab_size});
 }
 
-void CausalLM::forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
+void CausalLM::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                        std::vector<float>& logits) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   logits.resize(static_cast<size_t>(rows) * config_.vocab_size);
-  const DeviceBatchInts in = upload_eager(batch);
+  const mem::DeviceBatchInts in = upload_eager(batch);
   if (platform_.device().is_cpu()) {
     run(batch, backend, *ws_, in, logits.data());
     return;
@@ -389,7 +389,7 @@ void CausalLM::forward(const ForwardBatch& batch, attention::AttentionBackend& b
   platform_.synchronize();
 }
 
-void CausalLM::forward_greedy(const ForwardBatch& batch, attention::AttentionBackend& backend,
+void CausalLM::forward_greedy(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                               std::vector<int32_t>& tokens) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   const int64_t vocab = config_.vocab_size;
@@ -408,7 +408,7 @@ void CausalLM::forward_greedy(const ForwardBatch& batch, attention::AttentionBac
   platform_.synchronize();
 }
 
-float* CausalLM::forward_on_device(const ForwardBatch& batch,
+float* CausalLM::forward_on_device(const mem::ForwardBatch& batch,
                                    attention::AttentionBackend& backend) {
   KV_CHECK(!platform_.device().is_cpu(), "forward_on_device: the CPU forward writes host logits");
   run(batch, backend, *ws_, upload_eager(batch), nullptr);
@@ -427,12 +427,12 @@ Status CausalLM::reserve_static_workspace(int64_t max_tokens) {
   return Status::ok();
 }
 
-void CausalLM::forward_static(const ForwardBatch& batch, attention::AttentionBackend& backend,
+void CausalLM::forward_static(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                               const int32_t* device_ints) {
   KV_CHECK(static_ws_ != nullptr, "reserve_static_workspace first");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   backend.launch_decode_graph_metadata();
-  run(batch, backend, *static_ws_, batch_ints_at(batch, device_ints), nullptr);
+  run(batch, backend, *static_ws_, mem::batch_ints_at(batch, device_ints), nullptr);
   ops::argmax_rows(platform_, static_ws_->logits.data_as<float>(), rows, config_.vocab_size,
                    static_ws_->greedy.data_as<int32_t>());
 }

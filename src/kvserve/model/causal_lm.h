@@ -12,7 +12,7 @@
 
 #include "kvserve/attention/backend.h"
 #include "kvserve/model/config.h"
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/model/weights.h"
 
 namespace kvserve::model {
@@ -35,26 +35,26 @@ class CausalLM {
   DType dtype() const { return dtype_; }
 
   // One forward pass. `logits` becomes [batch.logits_indices.size(), vocab_size], f32, host.
-  void forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
+  void forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                std::vector<float>& logits);
   // The same forward, then the argmax of each logits row (lowest id on ties), computed on the
   // device so only the ids cross to the host: greedy decoding and bench-one-batch.
-  void forward_greedy(const ForwardBatch& batch, attention::AttentionBackend& backend,
+  void forward_greedy(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                       std::vector<int32_t>& tokens);
 
   // Device platforms: the same forward, queued only; the logits ([rows, vocab], f32) stay in the
   // eager workspace, at the returned address, until the next forward (a sampler may rewrite them).
-  float* forward_on_device(const ForwardBatch& batch, attention::AttentionBackend& backend);
+  float* forward_on_device(const mem::ForwardBatch& batch, attention::AttentionBackend& backend);
 
   // Decode graphs (model/decode_graph_runner.h), device platforms only. A second activation
   // workspace for forwards of up to `max_tokens` tokens (and as many logits rows), allocated once:
   // captured graphs keep its addresses.
   Status reserve_static_workspace(int64_t max_tokens);
   // The forward of `batch` in the static workspace, its integers already on the device at
-  // `device_ints` (pack_batch_ints' layout): it queues device work only (no host copy, no
+  // `device_ints` (mem::pack_batch_ints' layout): it queues device work only (no host copy, no
   // allocation, no synchronization), so it can be captured. The logits ([rows, vocab], f32) and
   // each row's argmax stay on the device, at static_logits() and static_argmax().
-  void forward_static(const ForwardBatch& batch, attention::AttentionBackend& backend,
+  void forward_static(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                       const int32_t* device_ints);
   const float* static_logits() const;
   float* static_logits();  // the sampler penalizes rows in place after a replay
@@ -65,11 +65,11 @@ class CausalLM {
   struct Workspace;
   CausalLM(const ModelConfig& config, platform::Platform& platform);
   // Grows the eager workspace for `batch` and uploads its integers (one copy).
-  DeviceBatchInts upload_eager(const ForwardBatch& batch);
+  mem::DeviceBatchInts upload_eager(const mem::ForwardBatch& batch);
   // Runs the model in `w` on the integers at `in`; logits go to `host_logits` on the CPU, to the
   // workspace on devices.
-  void run(const ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
-           const DeviceBatchInts& in, float* host_logits);
+  void run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
+           const mem::DeviceBatchInts& in, float* host_logits);
 
   ModelConfig config_;
   platform::Platform& platform_;

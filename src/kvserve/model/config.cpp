@@ -3,7 +3,7 @@
 
 #include <array>
 
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 
 namespace kvserve::model {
 namespace {
@@ -41,7 +41,7 @@ Result<const ArchitectureInfo*> parse_architecture(const JsonFields& f) {
   if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
     return f.error(
         StatusCode::kInvalidArgument, "architectures",
-        fmt::format("expected a non-empty list of strings, got {}", describe_json_value(*archs)));
+        fmt::format("expected a non-empty list of strings, got {}", core::describe_json_value(*archs)));
   }
   const std::string name = (*archs)[0].get<std::string>();
   const ArchitectureInfo* info = nullptr;
@@ -66,8 +66,8 @@ Result<const ArchitectureInfo*> parse_architecture(const JsonFields& f) {
 Status parse_rope_scaling(const JsonFields& parent, std::string_view key, RopeScaling* out) {
   const json* value = parent.find(key);
   if (value == nullptr) return Status::ok();  // absent or null: no scaling
-  KV_RETURN_IF_ERROR(JsonFields::expect_object(*value, parent.source(), parent.name(key)));
-  const JsonFields f(*value, parent.source(), parent.name(key) + ".");
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(*value, parent.source(), parent.name(key)));
+  const core::JsonFields f(*value, parent.source(), parent.name(key) + ".");
   // transformers >= 4.45 writes "rope_type"; older configs "type".
   std::string type_key = "rope_type";
   KV_ASSIGN_OR_RETURN(std::optional<std::string> type, f.optional_string("rope_type"));
@@ -116,8 +116,8 @@ Status parse_rope(const JsonFields& f, ModelConfig* c) {
   KV_RETURN_IF_ERROR(parse_rope_scaling(f, "rope_scaling", &c->rope_scaling));
   // transformers v5 moves rope_theta and the scaling into "rope_parameters".
   if (const json* params = f.find("rope_parameters"); params != nullptr) {
-    KV_RETURN_IF_ERROR(JsonFields::expect_object(*params, f.source(), "rope_parameters"));
-    const JsonFields p(*params, f.source(), "rope_parameters.");
+    KV_RETURN_IF_ERROR(core::JsonFields::expect_object(*params, f.source(), "rope_parameters"));
+    const core::JsonFields p(*params, f.source(), "rope_parameters.");
     KV_ASSIGN_OR_RETURN(const std::optional<double> p_theta, p.optional_number("rope_theta"));
     if (p_theta) c->rope_theta = *p_theta;
     if (p.has("rope_type") || p.has("type")) {
@@ -219,9 +219,9 @@ Status parse_architecture_specifics(const JsonFields& f, ModelConfig* c) {
 }  // namespace
 
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
-  KV_ASSIGN_OR_RETURN(const json root, parse_json(json_text, source));
-  KV_RETURN_IF_ERROR(JsonFields::expect_object(root, source, ""));
-  const JsonFields f(root, source);
+  KV_ASSIGN_OR_RETURN(const json root, core::parse_json(json_text, source));
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(root, source, ""));
+  const core::JsonFields f(root, source);
 
   ModelConfig c;
   KV_ASSIGN_OR_RETURN(const ArchitectureInfo* arch, parse_architecture(f));
@@ -261,7 +261,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
 
 Result<ModelConfig> load_model_config(const std::filesystem::path& dir) {
   const std::filesystem::path file = dir / "config.json";
-  KV_ASSIGN_OR_RETURN(const std::string text, read_text_file(file));
+  KV_ASSIGN_OR_RETURN(const std::string text, core::read_text_file(file));
   return parse_model_config(text, file.string());
 }
 

@@ -30,7 +30,7 @@ int32_t decode_graph_bucket(const std::vector<int32_t>& sizes, int32_t bs) {
   return it == sizes.end() ? 0 : *it;
 }
 
-ForwardBatch pad_decode_batch(const ForwardBatch& batch, int32_t bucket) {
+mem::ForwardBatch pad_decode_batch(const mem::ForwardBatch& batch, int32_t bucket) {
   const int32_t bs = batch.batch_size();
   KV_CHECK(batch.is_decode() && batch.num_tokens() == bs, "pad_decode_batch: a decode batch");
   KV_CHECK_LE(bs, bucket, "a batch larger than its bucket");
@@ -40,7 +40,7 @@ ForwardBatch pad_decode_batch(const ForwardBatch& batch, int32_t bucket) {
   KV_CHECK_EQ(batch.logits_indices.size(), static_cast<size_t>(bs), "one logits row per request");
   for (int32_t b = 0; b < bs; ++b)
     KV_CHECK_EQ(batch.logits_indices[b], b, "decode logits rows in request order");
-  ForwardBatch p = batch;
+  mem::ForwardBatch p = batch;
   const auto n = static_cast<size_t>(bucket);
   p.req_pool_indices.resize(n, 0);  // the padding row
   p.seq_lens.resize(n, 1);          // SGLang's seq_len fill value: position 0, one KV slot
@@ -107,9 +107,9 @@ Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
                                           .head_dim = c.head_dim};
   KV_ASSIGN_OR_RETURN(const int64_t plan_ints, backend_.init_decode_graph_state(shape));
   KV_RETURN_IF_ERROR(model_.reserve_static_workspace(largest));
-  ForwardBatch probe;
-  probe.mode = ForwardMode::kDecode;
-  capacity_ = batch_ints_size(pad_decode_batch(probe, largest)) + plan_ints;
+  mem::ForwardBatch probe;
+  probe.mode = mem::ForwardMode::kDecode;
+  capacity_ = mem::batch_ints_size(pad_decode_batch(probe, largest)) + plan_ints;
   const size_t bytes = static_cast<size_t>(capacity_) * sizeof(int32_t);
   KV_ASSIGN_OR_RETURN(device_ints_, platform_.allocate_buffer(bytes));
   KV_ASSIGN_OR_RETURN(void* host, platform_.allocate_host(bytes));
@@ -120,13 +120,13 @@ Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
   // loads every kernel and makes every cuBLASLt plan, so the capture allocates nothing), then
   // record the same forward.
   graphs_.resize(sizes_.size());
-  ForwardBatch empty;
-  empty.mode = ForwardMode::kDecode;
+  mem::ForwardBatch empty;
+  empty.mode = mem::ForwardMode::kDecode;
   empty.req_to_token = &req_to_token;
   empty.req_to_token_device = req_to_token_device;
   empty.kv_pool = &kv_pool;
   for (size_t i = sizes_.size(); i-- > 0;) {
-    const ForwardBatch dummy = pad_decode_batch(empty, sizes_[i]);
+    const mem::ForwardBatch dummy = pad_decode_batch(empty, sizes_[i]);
     stage(dummy);
     model_.forward_static(dummy, backend_, device_ints_.data_as<int32_t>());
     platform_.synchronize_stream(stream_);
@@ -153,7 +153,7 @@ Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
   return Status::ok();
 }
 
-bool DecodeGraphRunner::can_run(const ForwardBatch& batch) const {
+bool DecodeGraphRunner::can_run(const mem::ForwardBatch& batch) const {
   const int32_t bs = batch.batch_size();
   if (!batch.is_decode() || bs < 1 || bs > max_bs() || batch.num_tokens() != bs ||
       !batch.encoder_lens.empty() || !batch.self_kv_start.empty() ||
@@ -168,18 +168,18 @@ bool DecodeGraphRunner::can_run(const ForwardBatch& batch) const {
   return true;
 }
 
-void DecodeGraphRunner::stage(const ForwardBatch& padded) {
+void DecodeGraphRunner::stage(const mem::ForwardBatch& padded) {
   int32_t* host = staging_.get();
   auto* device = device_ints_.data_as<int32_t>();
-  const int64_t head = batch_ints_size(padded);
-  pack_batch_ints(padded, host);
+  const int64_t head = mem::batch_ints_size(padded);
+  mem::pack_batch_ints(padded, host);
   const int64_t plan = backend_.init_forward_metadata_decode_graph(padded, host + head,
                                                                    capacity_ - head, device + head);
   platform_.copy(device, host, static_cast<size_t>(head + plan) * sizeof(int32_t),
                  platform::CopyKind::kHostToDevice, stream_);
 }
 
-void DecodeGraphRunner::replay(const ForwardBatch& batch, std::vector<float>* logits,
+void DecodeGraphRunner::replay(const mem::ForwardBatch& batch, std::vector<float>* logits,
                                std::vector<int32_t>* tokens) {
   replay_queued(batch);
   const int32_t bs = batch.batch_size();
@@ -196,7 +196,7 @@ void DecodeGraphRunner::replay(const ForwardBatch& batch, std::vector<float>* lo
   platform_.synchronize_stream(stream_);
 }
 
-void DecodeGraphRunner::replay_queued(const ForwardBatch& batch) {
+void DecodeGraphRunner::replay_queued(const mem::ForwardBatch& batch) {
   KV_CHECK(can_run(batch), "replay: a decode batch of 1..{} requests, got {}", max_bs(),
            batch.batch_size());
   const int32_t bs = batch.batch_size();

@@ -29,7 +29,7 @@
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/causal_lm.h"
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::model {
@@ -45,7 +45,7 @@ int32_t decode_graph_bucket(const std::vector<int32_t>& sizes, int32_t bs);
 // `batch` (decode, one token and one logits row per request, in order) padded to `bucket`
 // requests: each pad entry is row 0 with seq_len 1 (prefix 0), token 0 at position 0, stored at
 // slot 0, with its own logits row.
-ForwardBatch pad_decode_batch(const ForwardBatch& batch, int32_t bucket);
+mem::ForwardBatch pad_decode_batch(const mem::ForwardBatch& batch, int32_t bucket);
 
 // Returns pinned host memory to its platform.
 struct PinnedHostDeleter {
@@ -68,13 +68,13 @@ class DecodeGraphRunner {
 
   // Whether `batch` can replay a graph: decode without encoder fields, 1..max_bs() requests, one
   // logits row per request in order.
-  bool can_run(const ForwardBatch& batch) const;
+  bool can_run(const mem::ForwardBatch& batch) const;
   // Replays the graph of the batch's bucket; `logits` ([bs, vocab], f32) and `tokens` (each row's
   // argmax, lowest id on ties), when not null, receive the real rows. Host-synchronous.
-  void replay(const ForwardBatch& batch, std::vector<float>* logits, std::vector<int32_t>* tokens);
+  void replay(const mem::ForwardBatch& batch, std::vector<float>* logits, std::vector<int32_t>* tokens);
   // The same replay, queued on the runner's stream and not waited for: the logits stay at
   // CausalLM::static_logits() for work queued after it (the device sampler).
-  void replay_queued(const ForwardBatch& batch);
+  void replay_queued(const mem::ForwardBatch& batch);
 
   const std::vector<int32_t>& batch_sizes() const { return sizes_; }
   int32_t max_bs() const { return sizes_.empty() ? 0 : sizes_.back(); }
@@ -92,7 +92,7 @@ class DecodeGraphRunner {
                      int32_t max_bs);
   // Packs the padded batch's integers and the backend's plan into the staging buffer and queues
   // their one copy to the device buffer.
-  void stage(const ForwardBatch& padded);
+  void stage(const mem::ForwardBatch& padded);
 
   platform::Platform& platform_;
   platform::StreamHandle stream_;

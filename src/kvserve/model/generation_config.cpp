@@ -3,7 +3,7 @@
 
 #include <limits>
 
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 
 namespace kvserve::model {
 
@@ -12,11 +12,11 @@ Result<GenerationConfig> load_generation_config(const std::filesystem::path& dir
   GenerationConfig g;
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return g;  // optional: the defaults
-  KV_ASSIGN_OR_RETURN(const std::string text, read_text_file(file));
+  KV_ASSIGN_OR_RETURN(const std::string text, core::read_text_file(file));
   const std::string source = file.string();
-  KV_ASSIGN_OR_RETURN(const nlohmann::json root, parse_json(text, source));
-  KV_RETURN_IF_ERROR(JsonFields::expect_object(root, source, ""));
-  const JsonFields f(root, source);
+  KV_ASSIGN_OR_RETURN(const nlohmann::json root, core::parse_json(text, source));
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(root, source, ""));
+  const core::JsonFields f(root, source);
 
   KV_ASSIGN_OR_RETURN(g.eos_token_ids, f.token_id_list("eos_token_id"));
   KV_ASSIGN_OR_RETURN(g.bos_token_id, f.optional_token_id("bos_token_id"));

@@ -156,14 +156,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   return r;
 }
 
-void ModelRunner::prepare(ForwardBatch& batch) {
+void ModelRunner::prepare(mem::ForwardBatch& batch) {
   batch.req_to_token = req_to_token_.get();
   batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
   backend_->init_forward_metadata(batch);
 }
 
-bool ModelRunner::use_graph(ForwardBatch& batch) {
+bool ModelRunner::use_graph(mem::ForwardBatch& batch) {
   if (graphs_ == nullptr || !graphs_enabled_ || !graphs_->can_run(batch)) return false;
   batch.req_to_token = req_to_token_.get();
   batch.req_to_token_device = req_to_token_device_.get();
@@ -171,7 +171,7 @@ bool ModelRunner::use_graph(ForwardBatch& batch) {
   return true;
 }
 
-void ModelRunner::forward(ForwardBatch& batch, std::vector<float>& logits) {
+void ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) {
   if (use_graph(batch)) {
     graphs_->replay(batch, &logits, nullptr);
     return;
@@ -180,7 +180,7 @@ void ModelRunner::forward(ForwardBatch& batch, std::vector<float>& logits) {
   model_->forward(batch, *backend_, logits);
 }
 
-void ModelRunner::forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens) {
+void ModelRunner::forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) {
   if (use_graph(batch)) {
     graphs_->replay(batch, nullptr, &tokens);
     return;
@@ -189,7 +189,7 @@ void ModelRunner::forward_greedy(ForwardBatch& batch, std::vector<int32_t>& toke
   model_->forward_greedy(batch, *backend_, tokens);
 }
 
-void ModelRunner::forward_sample(ForwardBatch& batch, const SamplingInputs& sampling,
+void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
                                  std::vector<int32_t>& tokens, std::vector<float>* logprobs,
                                  std::vector<float>* raw_logits) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());

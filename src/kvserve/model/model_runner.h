@@ -82,9 +82,9 @@ class ModelRunner {
 
   // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab]. A decode
   // batch that fits a captured graph replays it instead (same kernels, padded to the bucket).
-  void forward(ForwardBatch& batch, std::vector<float>& logits);
+  void forward(mem::ForwardBatch& batch, std::vector<float>& logits);
   // The same, keeping only each row's argmax (computed on the device).
-  void forward_greedy(ForwardBatch& batch, std::vector<int32_t>& tokens);
+  void forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens);
 
   // The same forward, then ops::sample_rows over its logits rows with `sampling` (one row of
   // parameters per logits row; greedy rows are argmax rows of the same launch). On a device the
@@ -93,7 +93,7 @@ class ModelRunner {
   // (and, with `logprobs`, each chosen token's raw logprob; with sampling.raw_rows, those rows'
   // raw logits into `raw_logits`) come back. On the CPU the logits are sampled in place on the
   // host by the same op.
-  void forward_sample(ForwardBatch& batch, const SamplingInputs& sampling,
+  void forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
                       std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
                       std::vector<float>* raw_logits = nullptr);
 
@@ -109,9 +109,9 @@ class ModelRunner {
  private:
   ModelRunner() = default;
   // Points the batch at this runner's pools and builds the backend's metadata (once per forward).
-  void prepare(ForwardBatch& batch);
+  void prepare(mem::ForwardBatch& batch);
   // Whether `batch` replays a decode graph (pointing it at the pools when it does).
-  bool use_graph(ForwardBatch& batch);
+  bool use_graph(mem::ForwardBatch& batch);
 
   std::unique_ptr<platform::Platform> platform_;
   // Device platforms: the stream every forward of this runner runs on (the platform's current

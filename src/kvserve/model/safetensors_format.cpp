@@ -6,7 +6,7 @@
 #include <array>
 #include <limits>
 
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 
 namespace kvserve::model {
 namespace {
@@ -44,14 +44,14 @@ Result<uint64_t> non_negative(const json& v, const std::string& file, std::strin
     return static_cast<uint64_t>(v.get<int64_t>());
   return entry_error(
       file, tensor,
-      fmt::format("{}: expected a non-negative integer, got {}", field, describe_json_value(v)));
+      fmt::format("{}: expected a non-negative integer, got {}", field, core::describe_json_value(v)));
 }
 
 Result<SafetensorsEntry> parse_entry(const std::string& name, const json& v, uint64_t data_bytes,
                                      const std::string& file) {
   if (!v.is_object()) {
     return entry_error(file, name,
-                       fmt::format("expected an object, got {}", describe_json_value(v)));
+                       fmt::format("expected an object, got {}", core::describe_json_value(v)));
   }
   SafetensorsEntry e;
   e.name = name;
@@ -154,7 +154,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view header_json,
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) {
           return invalid_argument("{}: __metadata__.{}: expected a string, got {}", file, m.key(),
-                                  describe_json_value(*m));
+                                  core::describe_json_value(*m));
         }
         h.metadata[m.key()] = m->get<std::string>();
       }

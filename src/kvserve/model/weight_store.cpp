@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 #include "kvserve/model/safetensors_file.h"
 #include "kvserve/model/weights.h"
 
@@ -93,15 +93,15 @@ bool safe_shard_name(const std::string& shard) {
 Result<std::unique_ptr<WeightStore>> open_sharded(const std::filesystem::path& dir) {
   const std::filesystem::path index_path = dir / kIndexFile;
   const std::string source = index_path.string();
-  KV_ASSIGN_OR_RETURN(const std::string text, read_text_file(index_path));
-  KV_ASSIGN_OR_RETURN(const nlohmann::json root, parse_json(text, source));
-  KV_RETURN_IF_ERROR(JsonFields::expect_object(root, source, ""));
-  const JsonFields f(root, source);
+  KV_ASSIGN_OR_RETURN(const std::string text, core::read_text_file(index_path));
+  KV_ASSIGN_OR_RETURN(const nlohmann::json root, core::parse_json(text, source));
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(root, source, ""));
+  const core::JsonFields f(root, source);
   const nlohmann::json* weight_map = f.find("weight_map");
   if (weight_map == nullptr) {
     return f.error(StatusCode::kInvalidArgument, "weight_map", "missing");
   }
-  KV_RETURN_IF_ERROR(JsonFields::expect_object(*weight_map, source, "weight_map"));
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(*weight_map, source, "weight_map"));
 
   std::map<std::string, std::string> wanted;  // tensor -> shard
   std::set<std::string> shard_names;
@@ -109,7 +109,7 @@ Result<std::unique_ptr<WeightStore>> open_sharded(const std::filesystem::path& d
     if (!it->is_string() || !safe_shard_name(it->get<std::string>())) {
       return f.error(StatusCode::kInvalidArgument, "weight_map." + it.key(),
                      fmt::format("expected a shard file name in the checkpoint directory, got {}",
-                                 describe_json_value(*it)));
+                                 core::describe_json_value(*it)));
     }
     wanted[it.key()] = it->get<std::string>();
     shard_names.insert(it->get<std::string>());

@@ -2,7 +2,7 @@
 // defaults and validation.
 #include "kvserve/model/whisper_config.h"
 
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 
 namespace kvserve::model {
 namespace {
@@ -25,7 +25,7 @@ Status parse_identity(const JsonFields& f, WhisperConfig* c) {
   if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
     return f.error(
         StatusCode::kInvalidArgument, "architectures",
-        fmt::format("expected a non-empty list of strings, got {}", describe_json_value(*archs)));
+        fmt::format("expected a non-empty list of strings, got {}", core::describe_json_value(*archs)));
   }
   const std::string name = (*archs)[0].get<std::string>();
   if (name != kArchitecture) {
@@ -101,9 +101,9 @@ Result<std::vector<std::pair<std::string, int32_t>>> parse_id_map(const JsonFiel
   if (v == nullptr) return out;
   if (!v->is_object()) {
     return f.error(StatusCode::kInvalidArgument, key,
-                   fmt::format("expected an object of token ids, got {}", describe_json_value(*v)));
+                   fmt::format("expected an object of token ids, got {}", core::describe_json_value(*v)));
   }
-  const JsonFields entries(*v, f.source(), f.name(key) + ".");
+  const core::JsonFields entries(*v, f.source(), f.name(key) + ".");
   for (const auto& [name, value] : v->items()) {
     KV_ASSIGN_OR_RETURN(const std::optional<int32_t> id, entries.optional_token_id(name));
     if (!id) {
@@ -123,11 +123,11 @@ Result<std::vector<std::pair<int32_t, std::optional<int32_t>>>> parse_forced_ids
   const auto bad = [&](size_t i, const json& e) {
     return f.error(StatusCode::kInvalidArgument, "forced_decoder_ids",
                    fmt::format("element {}: expected [position, token id or null], got {}", i,
-                               describe_json_value(e)));
+                               core::describe_json_value(e)));
   };
   if (!v->is_array()) {
     return f.error(StatusCode::kInvalidArgument, "forced_decoder_ids",
-                   fmt::format("expected a list of pairs, got {}", describe_json_value(*v)));
+                   fmt::format("expected a list of pairs, got {}", core::describe_json_value(*v)));
   }
   for (size_t i = 0; i < v->size(); ++i) {
     const json& e = (*v)[i];
@@ -155,9 +155,9 @@ std::optional<int32_t> find_id(const std::vector<std::pair<std::string, int32_t>
 
 Result<WhisperConfig> parse_whisper_config(const std::string& json_text,
                                            const std::string& source) {
-  KV_ASSIGN_OR_RETURN(const json root, parse_json(json_text, source));
-  KV_RETURN_IF_ERROR(JsonFields::expect_object(root, source, ""));
-  const JsonFields f(root, source);
+  KV_ASSIGN_OR_RETURN(const json root, core::parse_json(json_text, source));
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(root, source, ""));
+  const core::JsonFields f(root, source);
   WhisperConfig c;
   KV_RETURN_IF_ERROR(parse_identity(f, &c));
   KV_RETURN_IF_ERROR(parse_shapes(f, &c));
@@ -202,7 +202,7 @@ Result<WhisperConfig> parse_whisper_config(const std::string& json_text,
 
 Result<WhisperConfig> load_whisper_config(const std::filesystem::path& dir) {
   const std::filesystem::path file = dir / "config.json";
-  KV_ASSIGN_OR_RETURN(const std::string text, read_text_file(file));
+  KV_ASSIGN_OR_RETURN(const std::string text, core::read_text_file(file));
   return parse_whisper_config(text, file.string());
 }
 
@@ -217,9 +217,9 @@ std::optional<int32_t> WhisperGenerationConfig::task_id(std::string_view task) c
 
 Result<WhisperGenerationConfig> parse_whisper_generation_config(const std::string& json_text,
                                                                 const std::string& source) {
-  KV_ASSIGN_OR_RETURN(const json root, parse_json(json_text, source));
-  KV_RETURN_IF_ERROR(JsonFields::expect_object(root, source, ""));
-  const JsonFields f(root, source);
+  KV_ASSIGN_OR_RETURN(const json root, core::parse_json(json_text, source));
+  KV_RETURN_IF_ERROR(core::JsonFields::expect_object(root, source, ""));
+  const core::JsonFields f(root, source);
   WhisperGenerationConfig g;
   KV_ASSIGN_OR_RETURN(g.suppress_tokens, f.token_id_list("suppress_tokens"));
   KV_ASSIGN_OR_RETURN(g.begin_suppress_tokens, f.token_id_list("begin_suppress_tokens"));
@@ -245,7 +245,7 @@ Result<WhisperGenerationConfig> parse_whisper_generation_config(const std::strin
 
 Result<WhisperGenerationConfig> load_whisper_generation_config(const std::filesystem::path& dir) {
   const std::filesystem::path file = dir / "generation_config.json";
-  KV_ASSIGN_OR_RETURN(const std::string text, read_text_file(file));
+  KV_ASSIGN_OR_RETURN(const std::string text, core::read_text_file(file));
   return parse_whisper_generation_config(text, file.string());
 }
 

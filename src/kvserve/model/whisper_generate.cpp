@@ -152,7 +152,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   std::vector<int32_t> loc;
   KV_RETURN_IF_ERROR(mem::alloc_for_extend(memory, ptrs, seq_lens, loc));
   std::vector<mem::EncDecRow> rows;
-  std::vector<ForwardRequest> fwd;
+  std::vector<mem::ForwardRequest> fwd;
   for (int32_t b = 0; b < bs; ++b) {
     rows.push_back(
         {states[b].row, encoder_lens[b], static_cast<int32_t>(results[b].prompt.size())});
@@ -162,7 +162,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   std::vector<int32_t> decoder_loc;
   mem::split_encoder_decoder_loc(loc, rows, runner.options().page_size, runner.options().layout,
                                  encoder_loc, decoder_loc);
-  ForwardBatch batch = make_forward_batch(ForwardMode::kExtend, fwd, decoder_loc,
+  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc,
                                           runner.req_to_token(), runner.kv_pool());
   batch.self_kv_start = starts;
   batch.encoder_lens = encoder_lens;
@@ -212,7 +212,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
     }
     KV_RETURN_IF_ERROR(mem::alloc_for_decode(memory, ptrs, loc));
     batch =
-        make_forward_batch(ForwardMode::kDecode, fwd, loc, runner.req_to_token(), runner.kv_pool());
+        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(), runner.kv_pool());
     batch.self_kv_start = step_starts;
     batch.encoder_lens = step_encoder_lens;
     runner.forward(batch, logits);

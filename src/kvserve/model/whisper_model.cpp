@@ -525,7 +525,7 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
   return Status::ok();
 }
 
-void WhisperModel::forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
+void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                            std::vector<float>& logits, const void* encoder_hidden) {
   const WhisperConfig& c = config_;
   const int64_t n = batch.num_tokens();
@@ -575,8 +575,8 @@ void WhisperModel::forward(const ForwardBatch& batch, attention::AttentionBacken
   check_reserved(st);
 
   // The batch's integers reach the device in one copy.
-  const DeviceBatchInts in =
-      upload_batch_ints(platform_, batch, w.host_ints, w.ints.data_as<int32_t>());
+  const mem::DeviceBatchInts in =
+      mem::upload_batch_ints(platform_, batch, w.host_ints, w.ints.data_as<int32_t>());
   const int32_t* ids = in.input_ids;
   const int32_t* positions = in.positions;
   const int32_t* logits_indices = in.logits_indices;

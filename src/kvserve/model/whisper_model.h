@@ -8,7 +8,7 @@
 // self-attention over all positions (ops::varlen_attention with one sequence; not cached), final
 // LayerNorm -> [max_source_positions, d_model].
 //
-// forward(): the decoder over a ForwardBatch whose rows are [encoder region | decoder region]
+// forward(): the decoder over a mem::ForwardBatch whose rows are [encoder region | decoder region]
 // (mem/encoder_layout.h). Decoder layer i keeps its self-attention K/V (decoder region, from
 // batch.self_kv_start) and its cross-attention K/V (encoder region) in pool layer i. The cross K/V
 // of an encoder output are computed once, in the forward that passes that output (stored at
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "kvserve/attention/backend.h"
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/model/weights.h"
 #include "kvserve/model/whisper_config.h"
 
@@ -57,7 +57,7 @@ class WhisperModel {
   // forward stores, request-major in the order of batch.encoder_out_cache_loc
   // ([encoder_out_cache_loc.size(), d_model]); null when every request's encoder K/V is already
   // cached (or it has none).
-  void forward(const ForwardBatch& batch, attention::AttentionBackend& backend,
+  void forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                std::vector<float>& logits, const void* encoder_hidden = nullptr);
 
  private:

@@ -81,7 +81,7 @@ int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
   return mem::encoder_reserved_len(encoder_len, options_.page_size, options_.layout);
 }
 
-void WhisperRunner::forward(ForwardBatch& batch, std::vector<float>& logits,
+void WhisperRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
                             const void* encoder_hidden) {
   batch.req_to_token = req_to_token_.get();
   batch.req_to_token_device = req_to_token_device_.get();

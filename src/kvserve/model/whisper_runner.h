@@ -65,7 +65,7 @@ class WhisperRunner {
 
   // Attention metadata once, then the decoder (WhisperModel::forward; `encoder_hidden` is device
   // memory of the model's dtype).
-  void forward(ForwardBatch& batch, std::vector<float>& logits,
+  void forward(mem::ForwardBatch& batch, std::vector<float>& logits,
                const void* encoder_hidden = nullptr);
 
  private:

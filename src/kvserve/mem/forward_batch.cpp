@@ -1,8 +1,8 @@
-#include "kvserve/model/forward_batch.h"
+#include "kvserve/mem/forward_batch.h"
 
 #include <algorithm>
 
-namespace kvserve::model {
+namespace kvserve::mem {
 
 int64_t batch_ints_size(const ForwardBatch& batch) {
   return 2 * int64_t{batch.num_tokens()} + static_cast<int64_t>(batch.logits_indices.size());
@@ -60,4 +60,4 @@ ForwardBatch make_forward_batch(ForwardMode mode, const std::vector<ForwardReque
   return b;
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::mem

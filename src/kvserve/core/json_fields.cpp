@@ -1,4 +1,4 @@
-#include "kvserve/model/json_fields.h"
+#include "kvserve/core/json_fields.h"
 
 #include <cerrno>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <system_error>
 
-namespace kvserve::model {
+namespace kvserve::core {
 
 using nlohmann::json;
 
@@ -225,4 +225,4 @@ Result<std::vector<int32_t>> JsonFields::token_id_list(std::string_view key) con
   return out;
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::core

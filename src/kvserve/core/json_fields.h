@@ -2,7 +2,8 @@
 //
 // Every error names the file and the field: "config.json: hidden_size: expected an integer, got
 // string \"896\"". Absent and null fields are the same ("not set") for the optional getters,
-// as in Hugging Face's configs. Internal to model/ (nlohmann-json is a private dependency).
+// as in Hugging Face's configs. Used by the modules that read JSON files (checkpoint, audio,
+// bench).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,7 +17,7 @@
 
 #include "kvserve/core/status.h"
 
-namespace kvserve::model {
+namespace kvserve::core {
 
 // Reads a whole file; kNotFound when it does not exist, kIoError when it cannot be read.
 Result<std::string> read_text_file(const std::filesystem::path& path);
@@ -73,4 +74,4 @@ class JsonFields {
 // "string \"896\"", "number 1.5", "null", ... for error messages (long values are cut).
 std::string describe_json_value(const nlohmann::json& value);
 
-}  // namespace kvserve::model
+}  // namespace kvserve::core

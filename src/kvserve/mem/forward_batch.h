@@ -15,7 +15,7 @@
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/platform/platform.h"
 
-namespace kvserve::model {
+namespace kvserve::mem {
 
 enum class ForwardMode { kExtend, kDecode };
 
@@ -91,4 +91,4 @@ ForwardBatch make_forward_batch(ForwardMode mode, const std::vector<ForwardReque
                                 const mem::ReqToTokenPool& req_to_token,
                                 mem::MHATokenToKVPool& kv_pool);
 
-}  // namespace kvserve::model
+}  // namespace kvserve::mem
