@@ -8,6 +8,7 @@
 namespace kvserve::checkpoint {
 namespace {
 
+using core::JsonFields;
 using nlohmann::json;
 
 struct ArchitectureInfo {
