@@ -33,7 +33,7 @@ TEST(MakeModelTokenizer, EmbeddedMergesEqualTheDataFile) {
       fixtures_dir() / ".." / ".." / "data" / "tokenizer" / "gpt2-merges-4096.txt";
   ASSERT_TRUE(fs::exists(data)) << data;
   EXPECT_EQ(std::string(gpt2_merges_text()), read_file(data))
-      << "regenerate: data/tokenizer/embed_merges.sh > src/kvserve/makemodel/gpt2_merges_data.cpp";
+      << "the build embeds this file (cmake/embed_text.cmake, src/CMakeLists.txt): rebuild";
 }
 
 TEST(MakeModelTokenizer, VocabularyIsGpt2s) {
