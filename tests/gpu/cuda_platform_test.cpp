@@ -332,7 +332,7 @@ TEST(DevicePoolModelRunnerTest, KvCacheIsSizedFromThePool) {
   constexpr size_t kPool = 3072 * kMiB;
   constexpr double kFraction = 0.5;
   model::ModelRunnerOptions o;
-  o.device = "cuda";
+  o.device = Device{DeviceKind::kCuda, 0};
   o.page_size = 16;
   o.mem_fraction_static = kFraction;
   o.max_running_requests = 8;

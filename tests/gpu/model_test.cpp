@@ -31,6 +31,7 @@
 #include "kvserve/tokenizer/tokenizer.h"
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
+#include "support/typed_options.h"
 
 namespace kvserve {
 namespace {
@@ -46,10 +47,10 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, const std::
                                                 const std::string& kv_cache_dtype = "auto",
                                                 const std::string& backend = "") {
   model::ModelRunnerOptions o;
-  o.device = device;
+  o.device = test_support::device_of(device);
   o.page_size = page_size;
-  o.kv_cache_dtype = kv_cache_dtype;
-  o.attention_backend = backend;
+  o.kv_cache_dtype = test_support::kv_dtype_of(kv_cache_dtype);
+  o.attention_backend = test_support::backend_of(backend);
   o.max_total_tokens = 4096;
   o.max_running_requests = 8;
   // No device pool: GPU suites run side by side (ctest -j), none may take the whole GPU.

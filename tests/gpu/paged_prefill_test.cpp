@@ -144,10 +144,15 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
                    const Buffer& q, const Buffer& k, const Buffer& v) {
       const int64_t n = batch.num_tokens();
       auto out = std::move(cuda->allocate_buffer(n * kHeads * kDim * 2).value());
-      backend.init_forward_metadata(batch);
-      backend.forward(
-          {.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data(), .dtype = DType::kBF16},
-          layer, batch);
+      KV_CHECK(backend.init_forward_metadata(batch).is_ok());
+      KV_CHECK(backend
+                   .forward({.q = q.data(),
+                             .k = k.data(),
+                             .v = v.data(),
+                             .out = out.data(),
+                             .dtype = DType::kBF16},
+                            layer, batch)
+                   .is_ok());
       std::vector<uint16_t> h(static_cast<size_t>(n * kHeads * kDim));
       cuda->copy(h.data(), out.data(), h.size() * 2, platform::CopyKind::kDeviceToHost);
       cuda->synchronize();

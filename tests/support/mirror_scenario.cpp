@@ -13,9 +13,9 @@
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/encoder_layout.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/mem/radix_cache.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/mem/forward_batch.h"
 
 namespace kvserve::test_support {
 namespace {
@@ -105,7 +105,7 @@ class Scenario {
     mem::ForwardBatch batch =
         mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows_, *pool_);
     batch.req_to_token_device = mirror_.get();
-    backend_->init_forward_metadata(batch);
+    KV_CHECK(backend_->init_forward_metadata(batch).is_ok());
     check(batch, step);
     for (size_t i = 0; i < reqs.size(); ++i) {
       cache_.cache_unfinished_req(reqs[i]->kv,
@@ -132,14 +132,17 @@ class Scenario {
     if (graph && !staging_.empty()) {
       const mem::ForwardBatch padded = model::pad_decode_batch(batch, kGraphBs);
       auto* device = staged_.data_as<int32_t>();
-      const int64_t n = backend_->init_forward_metadata_decode_graph(
-          padded, staging_.data(), static_cast<int64_t>(staging_.size()), device);
+      const int64_t n =
+          backend_
+              ->init_forward_metadata_decode_graph(padded, staging_.data(),
+                                                   static_cast<int64_t>(staging_.size()), device)
+              .value();
       platform_.copy(device, staging_.data(), static_cast<size_t>(n) * sizeof(int32_t),
                      platform::CopyKind::kHostToDevice);
       backend_->launch_decode_graph_metadata();
       ++stats_.graph_forwards;
     } else {
-      backend_->init_forward_metadata(batch);
+      KV_CHECK(backend_->init_forward_metadata(batch).is_ok());
     }
     check(batch, step);
   }
@@ -289,7 +292,7 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
   batch.req_to_token_device = mirror.get();
-  be->init_forward_metadata(batch);
+  KV_CHECK(be->init_forward_metadata(batch).is_ok());
   check(batch, "encoder-decoder prefill");
 
   // Decode steps: one token per request at decoder position len - 1.
@@ -303,7 +306,7 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
     batch.self_kv_start = starts;
     batch.encoder_lens = encoder_lens;
     batch.req_to_token_device = mirror.get();
-    be->init_forward_metadata(batch);
+    KV_CHECK(be->init_forward_metadata(batch).is_ok());
     check(batch, "encoder-decoder decode");
   }
   for (mem::KvReqState& st : states)

@@ -40,15 +40,15 @@ mem::ForwardBatch ModelSession::batch(const std::vector<std::vector<int32_t>>& a
   for (size_t b = 0; b < kv_.size(); ++b) {
     fwd.push_back({kv_[b].row, seq_lens[b] - static_cast<int32_t>(add[b].size()), add[b]});
   }
-  return mem::make_forward_batch(
-      decode ? mem::ForwardMode::kDecode : mem::ForwardMode::kExtend, fwd, std::move(loc),
-      runner_.req_to_token(), runner_.kv_pool());
+  return mem::make_forward_batch(decode ? mem::ForwardMode::kDecode : mem::ForwardMode::kExtend,
+                                 fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
 }
 
 std::vector<float> ModelSession::logits(const std::vector<std::vector<int32_t>>& add, bool decode) {
   mem::ForwardBatch b = batch(add, decode);
   std::vector<float> out;
-  runner_.forward(b, out);
+  const Status s = runner_.forward(b, out);
+  KV_CHECK(s.is_ok(), "{}", s.to_string());
   return out;
 }
 

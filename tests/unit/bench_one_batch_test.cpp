@@ -11,6 +11,7 @@
 #include "kvserve/bench/one_batch.h"
 #include "kvserve/model/make_model.h"
 #include "run_kvserve.h"
+#include "support/typed_options.h"
 #include "unit/model_test_util.h"
 
 namespace kvserve::bench {
@@ -41,7 +42,7 @@ class BenchOneBatch : public testing::Test {
     o.max_total_tokens = max_total_tokens;
     o.page_size = page_size;
     o.max_running_requests = rows;
-    o.attention_backend = backend;
+    o.attention_backend = test_support::backend_of(backend);
     auto r = model::ModelRunner::create(model_dir(), o);
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
     return r.is_ok() ? std::move(r).value() : nullptr;

@@ -67,12 +67,14 @@ TEST(ForwardSample, CpuEqualsForwardThenHostSampler) {
     std::vector<float> logprobs;
     std::vector<float> raw;
     const std::vector<int32_t> raw_rows = {3, 1};
-    runner.forward_sample(fb,
-                          {.rows = rows,
-                           .penalty_offsets = csr.offsets,
-                           .penalty_entries = csr.entries,
-                           .raw_rows = raw_rows},
-                          tokens, &logprobs, &raw);
+    ASSERT_TRUE(runner
+                    .forward_sample(fb,
+                                    {.rows = rows,
+                                     .penalty_offsets = csr.offsets,
+                                     .penalty_entries = csr.entries,
+                                     .raw_rows = raw_rows},
+                                    tokens, &logprobs, &raw)
+                    .is_ok());
     const std::vector<float> logits = plain.logits(add, decode);
     ASSERT_EQ(tokens.size(), static_cast<size_t>(n));
     ASSERT_EQ(raw.size(), raw_rows.size() * vocab);

@@ -13,6 +13,7 @@
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/radix_cache.h"
+#include "support/typed_options.h"
 
 namespace kvserve {
 namespace {
@@ -53,7 +54,7 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t pag
                                                 const std::string& backend) {
   model::ModelRunnerOptions o;
   o.page_size = page_size;
-  o.attention_backend = backend;
+  o.attention_backend = test_support::backend_of(backend);
   o.max_total_tokens = 4096;
   o.max_running_requests = 8;
   auto r = model::ModelRunner::create(dir, o);
@@ -78,10 +79,10 @@ std::vector<std::vector<float>> prefill_logits(model::ModelRunner& r,
   std::vector<mem::ForwardRequest> fwd;
   for (size_t i = 0; i < prompts.size(); ++i)
     fwd.push_back({kv[i].row, 0, prompts[i]});
-  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc,
-                                                        r.req_to_token(), r.kv_pool());
+  mem::ForwardBatch batch =
+      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, r.req_to_token(), r.kv_pool());
   std::vector<float> flat;
-  r.forward(batch, flat);
+  KV_CHECK(r.forward(batch, flat).is_ok());
   for (auto& k : kv)
     mem::release_kv_cache(memory, k, {}, false);
   const int32_t vocab = r.config().vocab_size;

@@ -9,6 +9,13 @@
 //   decode: the single token attends to [0, seq_len);
 //   cross-attention (encoder-decoder): every token attends to all encoder positions.
 // Empty KV (encoder_len 0) yields zeros and touches no memory.
+//
+// Errors: a backend grows some device buffers on demand (page lists, split workspaces, gathered
+// K/V). Running out of device memory there is an expected failure: init_forward_metadata and the
+// layer calls return it as a Status (kOutOfMemory), the forward stops, and the scheduler fails
+// the batch's requests while the server keeps serving. What a model or a config could ask that a
+// backend cannot do is refused at load by its capability table (capabilities.h); the kernels'
+// own checks stay CHECKs, unreachable from a config.
 #pragma once
 
 #include <memory>
@@ -16,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/core/check.h"
 #include "kvserve/core/status.h"
 #include "kvserve/mem/forward_batch.h"
@@ -58,7 +66,7 @@ class AttentionBackend {
   virtual ~AttentionBackend() = default;
   virtual std::string_view name() const = 0;
 
-  virtual void init_forward_metadata(const mem::ForwardBatch& batch) = 0;
+  virtual Status init_forward_metadata(const mem::ForwardBatch& batch) = 0;
 
   // Decode graphs (SGLang's init_cuda_graph_state / init_forward_metadata_capture_cuda_graph /
   // ..._replay_cuda_graph, sglang-notes §6.1). A backend that has them plans a decode batch
@@ -74,16 +82,18 @@ class AttentionBackend {
     return make_status(StatusCode::kUnimplemented, "attention backend {} has no decode graphs",
                        name());
   }
-  // Builds the plan of `batch` (decode, no encoder) into host[0, n) and returns n <= capacity;
+  // Builds the plan of `batch` (decode, no encoder) into host[0, n) and returns n <= capacity
+  // (or kOutOfMemory when a buffer of the eager prologue cannot grow);
   // until the next init_forward_metadata*, forward_decode reads it at `device`, which must hold
   // those n integers by the time its kernels run. Host work, except device work that must precede
   // the replay and is not part of the graph (queued on the current stream: cuda-paged writes the
   // rows the host rewrote outside a forward into the req_to_token mirror).
-  virtual int64_t init_forward_metadata_decode_graph(const mem::ForwardBatch& /*batch*/,
-                                                     int32_t* /*host*/, int64_t /*capacity*/,
-                                                     const int32_t* /*device*/) {
+  virtual Result<int64_t> init_forward_metadata_decode_graph(const mem::ForwardBatch& /*batch*/,
+                                                             int32_t* /*host*/,
+                                                             int64_t /*capacity*/,
+                                                             const int32_t* /*device*/) {
     KV_CHECK(false, "attention backend {} has no decode graphs", name());
-    return 0;
+    return int64_t{0};
   }
   // The device work of the staged plan (what a decode graph captures before the first layer:
   // cuda-paged writes each request's new slot into the req_to_token mirror and builds the page
@@ -94,27 +104,24 @@ class AttentionBackend {
   // A caller that stores K/V there itself (CausalLM fuses the store into split_qkv_rope) passes
   // null k / v in AttentionIO, and the backend stores nothing.
   virtual const int32_t* device_out_cache_loc() const { return nullptr; }
-  virtual void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                              const mem::ForwardBatch& batch, bool save_kv = true) = 0;
-  virtual void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                              const mem::ForwardBatch& batch, bool save_kv = true) = 0;
+  virtual Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                                const mem::ForwardBatch& batch, bool save_kv = true) = 0;
+  virtual Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                                const mem::ForwardBatch& batch, bool save_kv = true) = 0;
 
-  void forward(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
-               bool save_kv = true) {
-    if (batch.is_decode()) {
-      forward_decode(io, layer, batch, save_kv);
-    } else {
-      forward_extend(io, layer, batch, save_kv);
-    }
+  Status forward(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
+                 bool save_kv = true) {
+    return batch.is_decode() ? forward_decode(io, layer, batch, save_kv)
+                             : forward_extend(io, layer, batch, save_kv);
   }
 };
 
-// The backends this build has for `device`, e.g. {"cpu", "native"} on the CPU.
-std::vector<std::string> attention_backend_names(Device device);
-// The default for a device (SGLang picks per hardware): "cpu" on the CPU.
-std::string default_attention_backend(Device device);
-// kInvalidArgument for an unknown name (listing the valid ones), kUnimplemented for a backend
-// that does not run on this platform.
+// The backend of `kind` (capabilities.h: the table of names, devices and what each supports) on
+// `platform`; kUnimplemented for a backend of another device. Whether it can serve a model is
+// check_attention_support's question, asked by the runners at load.
+Result<std::unique_ptr<AttentionBackend>> create_attention_backend(AttentionBackendKind kind,
+                                                                   platform::Platform& platform);
+// The same by name (tests, tools); kInvalidArgument for an unknown one, listing the valid ones.
 Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_view name,
                                                                    platform::Platform& platform);
 

@@ -16,7 +16,7 @@ class CpuPagedBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "cpu"; }
 
-  void init_forward_metadata(const mem::ForwardBatch& batch) override {
+  Status init_forward_metadata(const mem::ForwardBatch& batch) override {
     const int32_t ps = batch.kv_pool->config().page_size;
     const int32_t bs = batch.batch_size();
     std::vector<mem::KvRange> self(bs);
@@ -36,15 +36,18 @@ class CpuPagedBackend final : public AttentionBackend {
         token_request_[batch.extend_start_loc[b] + i] = b;
       }
     }
+    return Status::ok();  // host memory only
   }
 
-  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
+  Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
+    return Status::ok();
   }
-  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
+  Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
+    return Status::ok();
   }
 
  private:

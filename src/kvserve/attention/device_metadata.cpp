@@ -19,16 +19,19 @@ int64_t DeviceMetadata::append_zeros(int64_t n) {
   return at;
 }
 
-void DeviceMetadata::upload() {
+Status DeviceMetadata::upload() {
   const size_t bytes = host_.size() * sizeof(int32_t);
   if (bytes > buffer_.bytes() || buffer_.empty()) {
     auto grown = platform_.allocate_buffer(std::max({bytes, buffer_.bytes() * 2, size_t{256}}));
-    KV_CHECK(grown.is_ok(), "{} metadata of {} bytes: {}", owner_, bytes,
-             grown.status().to_string());
+    if (!grown.is_ok()) {
+      return make_status(grown.status().code(), "{} metadata of {} bytes: {}", owner_, bytes,
+                         grown.status().message());
+    }
     buffer_ = std::move(*grown);
   }
   platform_.copy(buffer_.data(), host_.data(), bytes, platform::CopyKind::kHostToDevice);
   device_ = buffer_.data_as<const int32_t>();
+  return Status::ok();
 }
 
 int64_t DeviceMetadata::stage(int32_t* host, int64_t capacity, const int32_t* device) {

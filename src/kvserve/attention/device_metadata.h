@@ -35,8 +35,9 @@ class DeviceMetadata {
   std::vector<int32_t>& host() { return host_; }
   int64_t size() const { return static_cast<int64_t>(host_.size()); }
 
-  // Eager: one copy into the owned device buffer (grown to twice its size when short).
-  void upload();
+  // Eager: one copy into the owned device buffer (grown to twice its size when short; running
+  // out of device memory is kOutOfMemory, and nothing is copied).
+  Status upload();
   // Graph: copies the integers into `host[0, size())` (CHECKing capacity) and points device() at
   // `device`, the caller's buffer that will hold them; returns size().
   int64_t stage(int32_t* host, int64_t capacity, const int32_t* device);

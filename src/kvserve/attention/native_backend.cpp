@@ -13,14 +13,16 @@ namespace {
 class NativeBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "native"; }
-  void init_forward_metadata(const mem::ForwardBatch& /*batch*/) override {}
-  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
+  Status init_forward_metadata(const mem::ForwardBatch& /*batch*/) override { return Status::ok(); }
+  Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
+    return Status::ok();
   }
-  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
+  Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch, bool save_kv) override {
     run(io, layer, batch, save_kv);
+    return Status::ok();
   }
 
  private:

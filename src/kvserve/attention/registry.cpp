@@ -1,40 +1,40 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
-
 #include "kvserve/attention/backend.h"
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/attention/cpu_backends.h"
 #include "kvserve/attention/cuda_backends.h"
 
 namespace kvserve::attention {
 
-std::vector<std::string> attention_backend_names(Device device) {
-  if (device.is_cpu()) return {"cpu", "native"};
-  return {"cuda-paged", "cuda-ragged"};
-}
-
-std::string default_attention_backend(Device device) {
-  return device.is_cpu() ? "cpu" : "cuda-paged";
+Result<std::unique_ptr<AttentionBackend>> create_attention_backend(AttentionBackendKind kind,
+                                                                   platform::Platform& platform) {
+  const AttentionCapabilities& c = capabilities(kind);
+  const Device device = platform.device();
+  if (c.device != device.kind) {
+    return make_status(StatusCode::kUnimplemented,
+                       "attention backend '{}' runs on {}, not on {} (available: {})", c.name,
+                       c.device == DeviceKind::kCpu ? "the CPU" : "CUDA", device.to_string(),
+                       fmt::join(attention_backend_names(device.kind), ", "));
+  }
+  switch (kind) {
+    case AttentionBackendKind::kCpu:
+      return make_cpu_paged_backend(platform);
+    case AttentionBackendKind::kNative:
+      return make_native_backend(platform);
+    case AttentionBackendKind::kCudaPaged:
+      return make_cuda_paged_backend(platform);
+    case AttentionBackendKind::kCudaRagged:
+      return make_cuda_ragged_backend(platform);
+  }
+  return invalid_argument("unknown attention backend kind {}", static_cast<int>(kind));
 }
 
 Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_view name,
                                                                    platform::Platform& platform) {
-  const Device device = platform.device();
-  const std::vector<std::string> names = attention_backend_names(device);
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    if (name == "cpu" || name == "native") {
-      return make_status(StatusCode::kUnimplemented,
-                         "attention backend '{}' runs on the CPU, not on {}", name,
-                         device.to_string());
-    }
-    return invalid_argument("unknown attention backend '{}' for {} (available: {})", name,
-                            device.to_string(), fmt::join(names, ", "));
-  }
-  if (name == "native") return make_native_backend(platform);
-  if (name == "cuda-paged") return make_cuda_paged_backend(platform);
-  if (name == "cuda-ragged") return make_cuda_ragged_backend(platform);
-  return make_cpu_paged_backend(platform);
+  KV_ASSIGN_OR_RETURN(const AttentionBackendKind kind, parse_attention_backend(name));
+  return create_attention_backend(kind, platform);
 }
 
 void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,

@@ -113,7 +113,11 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
     fwd.push_back({kv[b].row, 0, tokens[b]});
   mem::ForwardBatch batch = mem::make_forward_batch(
       mem::ForwardMode::kExtend, fwd, std::move(out_cache_loc), rows, runner.kv_pool());
-  runner.forward_greedy(batch, next);
+  if (Status s = runner.forward_greedy(batch, next); !s.is_ok()) {
+    release_all();
+    return make_status(s.code(), "prefill of ({}, {}, {}): {}", batch_size, input_len, output_len,
+                       s.message());
+  }
   platform.synchronize();
   r.prefill_latency = seconds(t0, Clock::now());
   r.total_latency = r.prefill_latency;
@@ -134,9 +138,13 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
     fwd.clear();
     for (size_t b = 0; b < bs; ++b)
       fwd.push_back({kv[b].row, kv[b].kv_allocated_len - 1, {tokens[b].back()}});
-    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
-                                      rows, runner.kv_pool());
-    runner.forward_greedy(batch, next);
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(out_cache_loc), rows,
+                                    runner.kv_pool());
+    if (Status s = runner.forward_greedy(batch, next); !s.is_ok()) {
+      release_all();
+      return make_status(s.code(), "decode step {} of ({}, {}, {}): {}", i, batch_size, input_len,
+                         output_len, s.message());
+    }
     platform.synchronize();
     r.add_step(seconds(t0, Clock::now()), batch_size, log);
   }

@@ -68,6 +68,7 @@ int run_generate(GenerateOptions o) {
   if (o.prompts.empty() == o.input_ids.empty()) {
     return fail(invalid_argument("give either --prompt or --input-ids (one per request)"));
   }
+  if (Status s = read_kernel_switches(o.runner); !s.is_ok()) return fail(s);
   auto runner = model::ModelRunner::create(o.model_path, o.runner);
   if (!runner.is_ok()) return fail(runner.status());
   model::ModelRunner& r = **runner;
@@ -171,11 +172,12 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past EOS");
   cmd->add_option("--top-logprobs", o->top_logprobs, "With --json: top-k logprobs per token");
   cmd->add_flag("--json", o->json, "Print token ids, text and logprobs as JSON");
-  cmd->add_option("--device", o->runner.device, "cpu, cuda or cuda:N")->capture_default_str();
+  add_device_option(cmd, o->runner.device);
   cmd->add_option("--page-size", o->runner.page_size)->capture_default_str();
-  cmd->add_option("--attention-backend", o->runner.attention_backend, "cpu or native");
-  cmd->add_option("--kv-cache-dtype", o->runner.kv_cache_dtype, kKvCacheDtypeHelp)
-      ->capture_default_str();
+  add_attention_backend_option(cmd, o->runner.attention_backend,
+                               "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: "
+                               "the device's");
+  add_kv_cache_dtype_option(cmd, o->runner.kv_cache_dtype);
   cmd->add_option("--max-total-tokens", o->runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", o->runner.mem_fraction_static);
   cmd->add_option("--max-running-requests", o->runner.max_running_requests);

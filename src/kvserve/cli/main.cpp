@@ -29,7 +29,13 @@ int main(int argc, char** argv) {
       add_transcribe_command(app),
   };
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error (an unknown flag, a value a validator
+    // refuses: a bad --attention-backend or --device) is exit 2, as the commands' own checks.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (!set_log_level(log_level)) {
     fmt::print(stderr, "kvserve: --log-level: unknown level '{}'\n", log_level);
     return 2;

@@ -20,7 +20,7 @@ namespace {
 struct ServeOptions {
   engine::EngineOptions engine;
   server::ServerOptions server;
-  std::string encoder_kv_layout = "aligned";  // Whisper checkpoints only
+  mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;  // Whisper only
 };
 
 int load_failure(const Status& s) {
@@ -52,30 +52,30 @@ int serve_until_signal(Server& http, const std::string& host, sigset_t signals, 
 // OpenAI's /v1/audio/transcriptions.
 int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
   const model::ModelRunnerOptions& r = o.engine.runner;
-  if (r.kv_cache_dtype != "auto") {
+  if (r.kv_cache_dtype.has_value()) {
     return load_failure(invalid_argument(
         "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
-        r.kv_cache_dtype));
+        dtype_name(*r.kv_cache_dtype)));
   }
   server::TranscriptionServiceOptions so;
-  so.runner.device = r.device;
+  so.runner.device = r.device.to_string();
   so.runner.page_size = r.page_size;
-  so.runner.attention_backend = r.attention_backend;  // empty: the device's default
+  if (r.attention_backend) {  // else the device's default for the layout
+    so.runner.attention_backend = attention::attention_backend_name(*r.attention_backend);
+  }
   so.runner.max_running_requests = r.max_running_requests > 0 ? r.max_running_requests : 8;
   so.runner.max_total_tokens = r.max_total_tokens;
-  auto layout = mem::parse_encoder_kv_layout(o.encoder_kv_layout);
-  if (!layout.is_ok()) {
-    return load_failure(invalid_argument("--encoder-kv-layout: {}", layout.status().message()));
-  }
-  so.runner.layout = *layout;
+  so.runner.layout = o.encoder_kv_layout;
+  so.runner.kernel_switches = r.kernel_switches;
   KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}",
-              o.engine.model_path.string(), r.device);
+              o.engine.model_path.string(), r.device.to_string());
   auto service = server::TranscriptionService::create(o.engine.model_path, so);
   if (!service.is_ok()) return load_failure(service.status());
   const model::WhisperRunnerOptions& ro = (*service)->transcriber().runner().options();
   KV_LOG_INFO(
       "speech recognition: page size {}, {} encoder KV layout, {} attention, batches of up to {}",
-      ro.page_size, o.encoder_kv_layout, ro.attention_backend, ro.max_running_requests);
+      ro.page_size, mem::encoder_kv_layout_name(ro.layout), ro.attention_backend,
+      ro.max_running_requests);
   server::TranscriptionServer http(**service, o.engine.model_path.string(), o.server);
   if (Status s = http.bind(); !s.is_ok()) {
     fmt::print(stderr, "kvserve serve: {}\n", s.message());
@@ -98,10 +98,11 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (Status s = read_kernel_switches(o.engine.runner); !s.is_ok()) return load_failure(s);
   if (model::is_whisper_checkpoint(o.engine.model_path)) return run_serve_whisper(o, signals);
 
   KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
-              o.engine.runner.device);
+              o.engine.runner.device.to_string());
   o.engine.runner.show_progress = true;
   auto engine = engine::Engine::create(o.engine);
   if (!engine.is_ok()) return load_failure(engine.status());
@@ -127,13 +128,13 @@ int run_serve(ServeOptions o) {
 static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
   cmd->add_option("--model-path", e.model_path,
                   "Hugging Face checkpoint directory (default: the demo model, models/demo-lm)");
-  cmd->add_option("--device", e.runner.device, "cpu, cuda or cuda:N")->capture_default_str();
+  add_device_option(cmd, e.runner.device);
   cmd->add_option("--page-size", e.runner.page_size)->capture_default_str();
-  cmd->add_option("--attention-backend", e.runner.attention_backend,
-                  "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
-                  "(a Whisper checkpoint on CUDA with the ragged layout: cuda-ragged)");
-  cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype, kKvCacheDtypeHelp)
-      ->capture_default_str();
+  add_attention_backend_option(
+      cmd, e.runner.attention_backend,
+      "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
+      "(a Whisper checkpoint on CUDA with the ragged layout: cuda-ragged)");
+  add_kv_cache_dtype_option(cmd, e.runner.kv_cache_dtype);
   cmd->add_option("--max-total-tokens", e.runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", e.runner.mem_fraction_static,
                   "Fraction of free memory for the KV cache");
@@ -166,9 +167,8 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--port", o->server.port, "0: any free port")->capture_default_str();
   cmd->add_option("--api-key", o->server.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--served-model-name", o->server.served_model_name);
-  cmd->add_option("--encoder-kv-layout", o->encoder_kv_layout,
-                  "Whisper checkpoints: aligned or ragged encoder KV rows")
-      ->capture_default_str();
+  add_encoder_kv_layout_option(cmd, o->encoder_kv_layout,
+                               "Whisper checkpoints: aligned (default) or ragged encoder KV rows");
   cmd->add_option("--sampling-defaults", o->server.sampling_defaults,
                   "model: generation_config.json's temperature/top_p/top_k/min_p/"
                   "repetition_penalty for what a request leaves out; openai: the API's defaults")

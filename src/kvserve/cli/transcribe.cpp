@@ -24,6 +24,7 @@
 #include "kvserve/core/logging.h"
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/platform/kernel_switches_env.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::cli {
@@ -88,6 +89,7 @@ Result<std::unique_ptr<model::WhisperTranscriber>> load(const TranscribeOptions&
     return invalid_argument("--encoder-kv-layout: {}", layout.status().message());
   }
   ropt.layout = *layout;
+  KV_ASSIGN_OR_RETURN(ropt.kernel_switches, platform::kernel_switches_from_env());
   KV_ASSIGN_OR_RETURN(auto t, model::WhisperTranscriber::load(dir, ropt));
   KV_RETURN_IF_ERROR(t->check_language_and_task(o.language, o.task));
   return t;

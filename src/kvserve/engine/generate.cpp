@@ -121,9 +121,19 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
   }
   mem::ForwardBatch batch =
       mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, std::move(out_cache_loc),
-                                runner.req_to_token(), runner.kv_pool());
+                              runner.req_to_token(), runner.kv_pool());
   std::vector<float> logits;
-  runner.forward(batch, logits);
+  // A forward that fails (a device buffer that cannot grow) frees every request's KV, as running
+  // out of KV slots does.
+  auto release_all = [&] {
+    for (Running& r : reqs) {
+      if (r.kv.row != mem::kNoRow) mem::release_kv_cache(memory, r.kv, r.tokens, false);
+    }
+  };
+  if (Status s = runner.forward(batch, logits); !s.is_ok()) {
+    release_all();
+    return s;
+  }
   for (size_t i = 0; i < reqs.size(); ++i) {
     Running& r = reqs[i];
     if (r.request->sampling.max_new_tokens == 0) {
@@ -159,9 +169,7 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
     for (Running* r : running)
       kvs.push_back(&r->kv);
     if (Status s = mem::alloc_for_decode(memory, kvs, out_cache_loc); !s.is_ok()) {
-      for (Running& r : reqs) {
-        if (r.kv.row != mem::kNoRow) mem::release_kv_cache(memory, r.kv, r.tokens, false);
-      }
+      release_all();
       return out_of_memory("out of KV cache during decode ({} tokens): {}",
                            runner.max_total_tokens(), s.message());
     }
@@ -170,8 +178,11 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
       fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->tokens.back()}});
     }
     batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
-                                      runner.req_to_token(), runner.kv_pool());
-    runner.forward(batch, logits);
+                                    runner.req_to_token(), runner.kv_pool());
+    if (Status s = runner.forward(batch, logits); !s.is_ok()) {
+      release_all();
+      return s;
+    }
     for (size_t i = 0; i < running.size(); ++i) {
       sample_into(*running[i], std::span<const float>(logits).subspan(i * vocab, vocab), options);
     }

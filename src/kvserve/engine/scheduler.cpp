@@ -167,8 +167,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     start += seq - prefix;
   }
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, std::move(loc),
+                                                 runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
   // On a device, when every logits row is a sampled one (no input logprobs), the rows are sampled
   // there and only the tokens come back. sampled_of[i]: request i's row in sampled_ (or -1).
@@ -181,11 +181,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
   }
   const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling();
-  if (on_device) {
-    timed_forward_sample(fb, sampled_reqs);
-  } else {
-    timed_forward(fb);
-  }
+  const Status forwarded = on_device ? timed_forward_sample(fb, sampled_reqs) : timed_forward(fb);
+  if (!forwarded.is_ok()) return fail_batch(batch, forwarded);
   const int32_t vocab = runner_.config().vocab_size;
   auto row = [&](int32_t k) {
     return std::span<const float>(logits_).subspan(size_t(k) * vocab, vocab);
@@ -293,8 +290,8 @@ void Scheduler::run_decode() {
   std::vector<mem::ForwardRequest> fwd;
   for (Req* r : running_)
     fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(loc),
+                                                 runner_.req_to_token(), runner_.kv_pool());
   // When every request decodes greedily and reads nothing else from its logits, the argmax is
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
@@ -304,15 +301,12 @@ void Scheduler::run_decode() {
   const bool device_greedy = std::all_of(running_.begin(), running_.end(),
                                          [](const Req* r) { return r->sampling.device_greedy(); });
   const bool device_sample = !device_greedy && device_sampling();
-  if (device_greedy) {
-    timed_forward_greedy(fb);
-  } else if (device_sample) {
-    timed_forward_sample(fb, running_);
-  } else {
-    timed_forward(fb);
-  }
-  const int32_t vocab = runner_.config().vocab_size;
+  const Status forwarded = device_greedy   ? timed_forward_greedy(fb)
+                           : device_sample ? timed_forward_sample(fb, running_)
+                                           : timed_forward(fb);
   const std::vector<Req*> batch = running_;
+  if (!forwarded.is_ok()) return fail_batch(batch, forwarded);
+  const int32_t vocab = runner_.config().vocab_size;
   runner_.allocator().free_group_begin();
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
@@ -330,22 +324,38 @@ void Scheduler::run_decode() {
   runner_.allocator().free_group_end();
 }
 
-// --- results -------------------------------------------------------------------------------
-
-void Scheduler::timed_forward(mem::ForwardBatch& batch) {
-  const Clock::time_point start = Clock::now();
-  const double cpu_start = thread_cpu_seconds();
-  runner_.forward(batch, logits_);
-  time_.forward_seconds += seconds(Clock::now() - start);
-  time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+void Scheduler::fail_batch(const std::vector<Req*>& batch, const Status& why) {
+  KV_LOG_WARN("the forward of a batch of {} requests failed ({}); failing them, serving on",
+              batch.size(), why.to_string());
+  ++failed_batches_;
+  runner_.allocator().free_group_begin();
+  for (Req* r : batch) {
+    r->finish = {FinishKind::kError, -1, "",
+                 fmt::format("the request's batch could not run: {}", why.message())};
+    emit(*r, StreamEvent{});
+    finish_and_release(*r);  // its KV slots hold nothing usable: freed, not cached
+  }
+  runner_.allocator().free_group_end();
 }
 
-void Scheduler::timed_forward_greedy(mem::ForwardBatch& batch) {
+// --- results -------------------------------------------------------------------------------
+
+Status Scheduler::timed_forward(mem::ForwardBatch& batch) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
-  runner_.forward_greedy(batch, greedy_tokens_);
+  const Status s = runner_.forward(batch, logits_);
   time_.forward_seconds += seconds(Clock::now() - start);
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+  return s;
+}
+
+Status Scheduler::timed_forward_greedy(mem::ForwardBatch& batch) {
+  const Clock::time_point start = Clock::now();
+  const double cpu_start = thread_cpu_seconds();
+  const Status s = runner_.forward_greedy(batch, greedy_tokens_);
+  time_.forward_seconds += seconds(Clock::now() - start);
+  time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+  return s;
 }
 
 bool Scheduler::device_sampling() const {
@@ -358,7 +368,7 @@ std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
   return r.penalties->entries();
 }
 
-void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs) {
+Status Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
   sample_rows_.clear();
@@ -382,8 +392,13 @@ void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector
     in.penalty_entries = penalty_csr_.entries;
   }
   in.raw_rows = raw_rows_;
-  runner_.forward_sample(batch, in, greedy_tokens_, logprobs ? &sampled_logprobs_ : nullptr,
-                         &raw_logits_);
+  const Status s = runner_.forward_sample(batch, in, greedy_tokens_,
+                                          logprobs ? &sampled_logprobs_ : nullptr, &raw_logits_);
+  if (!s.is_ok()) {
+    time_.forward_seconds += seconds(Clock::now() - start);
+    time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+    return s;
+  }
   sampled_.assign(reqs.size(), SampledToken{});
   for (size_t i = 0; i < reqs.size(); ++i) {
     sampled_[i].token = greedy_tokens_[i];
@@ -397,6 +412,7 @@ void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector
   }
   time_.forward_seconds += seconds(Clock::now() - start);
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+  return Status::ok();
 }
 
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
@@ -482,12 +498,11 @@ StreamOutputs Scheduler::take_outputs() {
 
 void Scheduler::finish_and_release(Req& r) {
   if (r.kv.row != mem::kNoRow) {
-    mem::release_kv_cache(memory_, r.kv, r.all_ids(), r.finish.kind != FinishKind::kAbort);
+    mem::release_kv_cache(memory_, r.kv, r.all_ids(), !r.finish.cut_short());
   } else if (r.kv.last_node != nullptr) {
     cache_.dec_lock_ref(r.kv.last_node);
   }
-  if (metrics_)
-    metrics_->on_finished(seconds(Clock::now() - r.arrival), r.finish.kind == FinishKind::kAbort);
+  if (metrics_) metrics_->on_finished(seconds(Clock::now() - r.arrival), r.finish.cut_short());
   forget(&r);
 }
 
@@ -574,6 +589,7 @@ SchedulerStats Scheduler::stats() const {
   s.retractions = retractions_;
   s.prefill_batches = prefill_batches_;
   s.decode_steps = decode_steps_;
+  s.failed_batches = failed_batches_;
   s.step_seconds = time_.step_seconds;
   s.forward_seconds = time_.forward_seconds;
   s.sample_seconds = time_.sample_seconds;

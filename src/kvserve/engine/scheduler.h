@@ -11,7 +11,9 @@
 //            retracted (fewest outputs first, then longest prompt): their KV is freed and they
 //            go back to the waiting queue to recompute input + output; new_token_ratio rises,
 //            then decays back while memory suffices.
-// Finished requests (stop token, stop string, length, abort) give their KV to the prefix cache.
+// Finished requests (stop token, stop string, length) give their KV to the prefix cache; aborted
+// ones free it. A forward that fails with an expected error (a device buffer that cannot grow)
+// fails the requests of its batch (FinishKind::kError, KV freed) and the next step goes on.
 #pragma once
 
 #include <deque>
@@ -53,6 +55,9 @@ struct SchedulerStats {
   int64_t retractions = 0;
   int64_t prefill_batches = 0;
   int64_t decode_steps = 0;
+  // Batches whose forward failed (an expected failure, e.g. a device buffer that could not grow):
+  // their requests finished with FinishKind::kError and their memory was freed.
+  int64_t failed_batches = 0;
   // Where the engine thread's time goes (seconds, cumulative): whole steps (batch selection,
   // memory, forward, sampling, stop checks, streaming out), the model forward, and sampling.
   // step - forward - sample is the scheduler's own overhead.
@@ -100,16 +105,20 @@ class Scheduler {
   bool ensure_decode_memory();
   void retract(Req* r);
   void init_next_round_input(Req& r);
-  void timed_forward(mem::ForwardBatch& batch);  // runner_.forward into logits_, timed
+  // A forward that failed (Status from the runner): every request of `batch` finishes with
+  // FinishKind::kError naming `why`, its KV and row are freed (not cached), and the scheduler goes
+  // on with the others.
+  void fail_batch(const std::vector<Req*>& batch, const Status& why);
+  Status timed_forward(mem::ForwardBatch& batch);  // runner_.forward into logits_, timed
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
-  void timed_forward_greedy(mem::ForwardBatch& batch);
+  Status timed_forward_greedy(mem::ForwardBatch& batch);
   // Whether batches sample on the device (device platforms): every row's token is drawn there;
   // the rows whose logprobs need their raw logits (top-N logprobs, a penalized row's chosen-token
   // logprob: needs_raw_logits) come back to the host alone, not the whole batch.
   bool device_sampling() const;
   // runner_.forward_sample for `reqs` (row i samples reqs[i]) into sampled_, timed as a forward;
   // the raw rows' logprobs are filled on the host (fill_logprobs).
-  void timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs);
+  Status timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs);
   std::span<const ops::PenaltyEntry> penalty_entries(Req& r);
   void accept_token(Req& r, std::span<const float> logits);  // sample, then accept_sampled
   void accept_sampled(Req& r, const SampledToken& t);
@@ -138,6 +147,7 @@ class Scheduler {
   int64_t retractions_ = 0;
   int64_t prefill_batches_ = 0;
   int64_t decode_steps_ = 0;
+  int64_t failed_batches_ = 0;
   SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
   std::vector<int32_t> greedy_tokens_;

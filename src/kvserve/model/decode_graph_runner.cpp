@@ -127,7 +127,7 @@ Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
   empty.kv_pool = &kv_pool;
   for (size_t i = sizes_.size(); i-- > 0;) {
     const mem::ForwardBatch dummy = pad_decode_batch(empty, sizes_[i]);
-    stage(dummy);
+    KV_RETURN_IF_ERROR(stage(dummy));
     model_.forward_static(dummy, backend_, device_ints_.data_as<int32_t>());
     platform_.synchronize_stream(stream_);
     KV_RETURN_IF_ERROR(platform_.begin_capture(stream_));
@@ -168,20 +168,22 @@ bool DecodeGraphRunner::can_run(const mem::ForwardBatch& batch) const {
   return true;
 }
 
-void DecodeGraphRunner::stage(const mem::ForwardBatch& padded) {
+Status DecodeGraphRunner::stage(const mem::ForwardBatch& padded) {
   int32_t* host = staging_.get();
   auto* device = device_ints_.data_as<int32_t>();
   const int64_t head = mem::batch_ints_size(padded);
   mem::pack_batch_ints(padded, host);
-  const int64_t plan = backend_.init_forward_metadata_decode_graph(padded, host + head,
-                                                                   capacity_ - head, device + head);
+  KV_ASSIGN_OR_RETURN(const int64_t plan,
+                      backend_.init_forward_metadata_decode_graph(padded, host + head,
+                                                                  capacity_ - head, device + head));
   platform_.copy(device, host, static_cast<size_t>(head + plan) * sizeof(int32_t),
                  platform::CopyKind::kHostToDevice, stream_);
+  return Status::ok();
 }
 
-void DecodeGraphRunner::replay(const mem::ForwardBatch& batch, std::vector<float>* logits,
-                               std::vector<int32_t>* tokens) {
-  replay_queued(batch);
+Status DecodeGraphRunner::replay(const mem::ForwardBatch& batch, std::vector<float>* logits,
+                                 std::vector<int32_t>* tokens) {
+  KV_RETURN_IF_ERROR(replay_queued(batch));
   const int32_t bs = batch.batch_size();
   if (tokens != nullptr) {
     tokens->resize(static_cast<size_t>(bs));
@@ -194,9 +196,10 @@ void DecodeGraphRunner::replay(const mem::ForwardBatch& batch, std::vector<float
                    platform::CopyKind::kDeviceToHost, stream_);
   }
   platform_.synchronize_stream(stream_);
+  return Status::ok();
 }
 
-void DecodeGraphRunner::replay_queued(const mem::ForwardBatch& batch) {
+Status DecodeGraphRunner::replay_queued(const mem::ForwardBatch& batch) {
   KV_CHECK(can_run(batch), "replay: a decode batch of 1..{} requests, got {}", max_bs(),
            batch.batch_size());
   const int32_t bs = batch.batch_size();
@@ -204,9 +207,10 @@ void DecodeGraphRunner::replay_queued(const mem::ForwardBatch& batch) {
       static_cast<size_t>(std::lower_bound(sizes_.begin(), sizes_.end(), bs) - sizes_.begin());
   // The staging buffer is rewritten here: the previous replay's copy from it was waited for by
   // its caller (replay, or the sampler's copy back).
-  stage(pad_decode_batch(batch, sizes_[i]));
+  KV_RETURN_IF_ERROR(stage(pad_decode_batch(batch, sizes_[i])));
   graphs_[i].replay(stream_);
   ++replays_;
+  return Status::ok();
 }
 
 std::string DecodeGraphRunner::summary() const {

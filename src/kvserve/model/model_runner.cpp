@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "kvserve/mem/common.h"
+#include "kvserve/platform/kernel_switches_env.h"
 #include "kvserve/platform/ops/sampling.h"
 
 namespace kvserve::model {
@@ -52,15 +53,25 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   r->page_size_ = o.page_size;
-  KV_ASSIGN_OR_RETURN(const Device device, platform::parse_device(o.device));
+  const Device device = o.device;
+  // The model and the options against the backend's capabilities first: nothing is loaded yet.
+  KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
+  const attention::AttentionBackendKind backend_kind =
+      o.attention_backend.value_or(attention::default_attention_backend(device.kind));
+  const attention::AttentionRequirements need = attention_requirements(config, o);
+  KV_RETURN_IF_ERROR(attention::check_attention_support(backend_kind, need));
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
+  r->platform_->set_allocation_faults(o.allocation_faults);
+  r->platform_->set_kernel_switches(o.kernel_switches);
+  if (!device.is_cpu()) {
+    KV_LOG_INFO("CUDA kernel switches: {}", platform::describe(o.kernel_switches));
+  }
   // Before anything is allocated: weights, KV cache and activations all come from the pool.
   KV_RETURN_IF_ERROR(platform::reserve_device_pool(*r->platform_, o.device_pool));
   if (!device.is_cpu()) {
     r->stream_ = std::make_unique<platform::Stream>(*r->platform_);
     r->platform_->set_current_stream(r->stream_->handle());
   }
-  KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
   KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(model_dir));
   {
     std::optional<ProgressBar> bar;
@@ -74,26 +85,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     KV_ASSIGN_OR_RETURN(r->model_, CausalLM::load(config, *weights, *r->platform_, on_layer));
   }
 
-  const std::string backend_name = o.attention_backend.empty()
-                                       ? attention::default_attention_backend(device)
-                                       : o.attention_backend;
   KV_ASSIGN_OR_RETURN(r->backend_,
-                      attention::create_attention_backend(backend_name, *r->platform_));
+                      attention::create_attention_backend(backend_kind, *r->platform_));
 
   const bool on_cpu = device.is_cpu();
-  DType kv_dtype = r->model_->dtype();  // auto: the compute dtype
-  if (o.kv_cache_dtype != "auto" && !parse_dtype(o.kv_cache_dtype, &kv_dtype)) {
-    return invalid_argument("--kv-cache-dtype: unknown dtype '{}' (expected auto or one of {})",
-                            o.kv_cache_dtype, dtype_choices());
-  }
-  // CUDA computes in bf16; its attention kernels read a bf16 cache or an fp8 one (e4m3 / e5m2,
-  // widened to bf16 in the kernel with the layer's scales: docs/fp8-kv-cache.md).
-  if (!on_cpu && kv_dtype != DType::kBF16 && !is_float8(kv_dtype)) {
-    return invalid_argument(
-        "--kv-cache-dtype {}: the CUDA attention backends read a bf16, fp8_e4m3 or fp8_e5m2 KV "
-        "cache",
-        o.kv_cache_dtype);
-  }
+  KV_CHECK(r->model_->dtype() == CausalLM::compute_dtype(device.kind), "the compute dtype rule");
+  const DType kv_dtype = need.kv_dtype;  // checked against the backend's KV dtypes above
   const int64_t max_context =
       o.context_length > 0 ? o.context_length : config.max_position_embeddings;
   r->context_len_ = static_cast<int32_t>(std::min<int64_t>(max_context, INT32_MAX - kContextSlack));
@@ -156,11 +153,26 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   return r;
 }
 
-void ModelRunner::prepare(mem::ForwardBatch& batch) {
+attention::AttentionRequirements ModelRunner::attention_requirements(const ModelConfig& config,
+                                                                     const ModelRunnerOptions& o) {
+  attention::AttentionRequirements need;
+  need.num_q_heads = config.num_attention_heads;
+  need.num_kv_heads = config.num_key_value_heads;
+  need.head_dim = config.head_dim;
+  need.rope_type = config.rope_scaling.rope_type;
+  need.page_size = o.page_size;
+  // auto: the compute dtype (CUDA's kernels read bf16 or fp8, widened with the layer's scales:
+  // docs/fp8-kv-cache.md).
+  need.kv_dtype = o.kv_cache_dtype.value_or(CausalLM::compute_dtype(o.device.kind));
+  need.device = o.device.kind;
+  return need;
+}
+
+Status ModelRunner::prepare(mem::ForwardBatch& batch) {
   batch.req_to_token = req_to_token_.get();
   batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
-  backend_->init_forward_metadata(batch);
+  return backend_->init_forward_metadata(batch);
 }
 
 bool ModelRunner::use_graph(mem::ForwardBatch& batch) {
@@ -171,27 +183,49 @@ bool ModelRunner::use_graph(mem::ForwardBatch& batch) {
   return true;
 }
 
-void ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) {
-  if (use_graph(batch)) {
-    graphs_->replay(batch, &logits, nullptr);
-    return;
-  }
-  prepare(batch);
-  model_->forward(batch, *backend_, logits);
+Status ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) {
+  if (use_graph(batch)) return graphs_->replay(batch, &logits, nullptr);
+  KV_RETURN_IF_ERROR(prepare(batch));
+  return model_->forward(batch, *backend_, logits);
 }
 
-void ModelRunner::forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) {
-  if (use_graph(batch)) {
-    graphs_->replay(batch, nullptr, &tokens);
-    return;
-  }
-  prepare(batch);
-  model_->forward_greedy(batch, *backend_, tokens);
+Status ModelRunner::forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) {
+  if (use_graph(batch)) return graphs_->replay(batch, nullptr, &tokens);
+  KV_RETURN_IF_ERROR(prepare(batch));
+  return model_->forward_greedy(batch, *backend_, tokens);
 }
 
-void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
-                                 std::vector<int32_t>& tokens, std::vector<float>* logprobs,
-                                 std::vector<float>* raw_logits) {
+Status ModelRunner::reserve_sampling_buffers(int64_t rows, const SamplingInputs& sampling,
+                                             bool logprobs) {
+  // Grown geometrically (twice what is asked), never shrunk; contents are not kept.
+  auto grow = [&](Buffer& buf, size_t bytes, const char* what) -> Status {
+    if (buf.bytes() >= bytes) return Status::ok();
+    buf = Buffer();
+    auto b = platform_->allocate_buffer(std::max<size_t>(bytes * 2, 4096));
+    if (!b.is_ok()) {
+      return make_status(b.status().code(), "sampling {} buffer of {} bytes: {}", what, bytes,
+                         b.status().message());
+    }
+    buf = std::move(b).value();
+    return Status::ok();
+  };
+  KV_RETURN_IF_ERROR(grow(sampling_.params, sampling.rows.size_bytes(), "parameters"));
+  if (!sampling.penalty_offsets.empty()) {
+    KV_RETURN_IF_ERROR(grow(sampling_.offsets, sampling.penalty_offsets.size_bytes(), "penalty"));
+    KV_RETURN_IF_ERROR(grow(sampling_.entries,
+                            std::max<size_t>(1, sampling.penalty_entries.size_bytes()), "penalty"));
+  }
+  KV_RETURN_IF_ERROR(grow(sampling_.tokens, static_cast<size_t>(rows) * sizeof(int32_t), "token"));
+  if (logprobs) {
+    KV_RETURN_IF_ERROR(
+        grow(sampling_.logprobs, static_cast<size_t>(rows) * sizeof(float), "logprob"));
+  }
+  return Status::ok();
+}
+
+Status ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
+                                   std::vector<int32_t>& tokens, std::vector<float>* logprobs,
+                                   std::vector<float>* raw_logits) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   const int64_t vocab = config().vocab_size;
   KV_CHECK(static_cast<int64_t>(sampling.rows.size()) == rows,
@@ -220,7 +254,7 @@ void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs&
   params.vocab = vocab;
   params.ld = vocab;
   if (platform_->device().is_cpu()) {
-    forward(batch, host_logits_);
+    KV_RETURN_IF_ERROR(forward(batch, host_logits_));
     copy_raw_rows(host_logits_.data(), platform::CopyKind::kHostToHost);
     params.logits = host_logits_.data();
     params.row_params = sampling.rows.data();
@@ -231,28 +265,32 @@ void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs&
     params.out_tokens = tokens.data();
     params.out_logprobs = logprobs != nullptr ? logprobs->data() : nullptr;
     ops::sample_rows(*platform_, params);
-    return;
+    return Status::ok();
   }
   if (rows == 0) {  // a prefill of intermediate chunks only: nothing to sample
-    forward(batch, host_logits_);
-    return;
+    return forward(batch, host_logits_);
   }
+  // Every buffer the sampler needs is grown before the forward is queued: a failure queues nothing.
+  KV_RETURN_IF_ERROR(reserve_sampling_buffers(rows, sampling, logprobs != nullptr));
   if (use_graph(batch)) {
-    graphs_->replay_queued(batch);
+    KV_RETURN_IF_ERROR(graphs_->replay_queued(batch));
     params.logits = model_->static_logits();
   } else {
-    prepare(batch);
-    params.logits = model_->forward_on_device(batch, *backend_);
+    Status s = prepare(batch);
+    if (s.is_ok()) {
+      auto logits = model_->forward_on_device(batch, *backend_);
+      if (logits.is_ok()) params.logits = *logits;
+      s = logits.status();
+    }
+    if (!s.is_ok()) {
+      stream_->synchronize();  // the failed forward's queued work, before its buffers go
+      return s;
+    }
   }
   copy_raw_rows(params.logits, platform::CopyKind::kDeviceToHost);
   // Queued after the forward on the same stream; the host copies are staged by the driver.
   auto to_device = [&](Buffer& buf, const void* src, size_t bytes) -> void* {
-    if (buf.bytes() < bytes) {
-      buf = Buffer();
-      auto b = platform_->allocate_buffer(std::max<size_t>(bytes * 2, 4096));
-      KV_CHECK(b.is_ok(), "forward_sample: {}", b.status().to_string());
-      buf = std::move(b).value();
-    }
+    KV_CHECK_GE(buf.bytes(), bytes, "forward_sample: reserve_sampling_buffers first");
     if (src != nullptr && bytes > 0) {
       platform_->copy(buf.data(), src, bytes, platform::CopyKind::kHostToDevice);
     }
@@ -281,6 +319,7 @@ void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs&
                     platform::CopyKind::kDeviceToHost);
   }
   stream_->synchronize();
+  return Status::ok();
 }
 
 std::string ModelRunner::summary() const {

@@ -12,11 +12,13 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kvserve/attention/backend.h"
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/mem/allocator.h"
 #include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/kv_pool.h"
@@ -28,12 +30,15 @@
 
 namespace kvserve::model {
 
+// Typed: the command line parses names into these at its boundary (cli/runner_options.h).
 struct ModelRunnerOptions {
-  std::string device = "cpu";
+  Device device{DeviceKind::kCpu, 0};
   int32_t page_size = 1;
-  std::string attention_backend;        // empty: the device's default
-  std::string kv_cache_dtype = "auto";  // auto: the compute dtype (f32 on the CPU)
-  int64_t max_total_tokens = 0;         // 0: from mem_fraction_static
+  // nullopt: the device's default (attention/capabilities.h).
+  std::optional<attention::AttentionBackendKind> attention_backend;
+  // nullopt (--kv-cache-dtype auto): the compute dtype (f32 on the CPU, bf16 on CUDA).
+  std::optional<DType> kv_cache_dtype;
+  int64_t max_total_tokens = 0;    // 0: from mem_fraction_static
   double mem_fraction_static = 0;  // of the free memory after the weights; 0: the device's default
                                    // (CPU: 0.25, at most 4 GiB; CUDA: 0.85)
   int32_t max_running_requests = 0;  // 0: the device's default (CPU: 64, CUDA: 256)
@@ -48,6 +53,12 @@ struct ModelRunnerOptions {
   // the pool has left after the weights. Tests that hold several CUDA runners at once, or share
   // the GPU with other test processes, set reserve = false or a fixed size.
   platform::DevicePoolOptions device_pool;
+  // Tests only: fault injection on this runner's device-buffer allocations (installed on its
+  // platform at creation; platform/allocation_faults.h). Null in production.
+  std::shared_ptr<platform::AllocationFaults> allocation_faults;
+  // The CUDA kernels' A/B switches (platform/kernel_switches.h), set on the runner's platform and
+  // logged once at creation on a device; the command line fills them from the environment.
+  platform::KernelSwitches kernel_switches;
 };
 
 // Per-logits-row sampling inputs of forward_sample (host memory; ops/sampling_params.h).
@@ -63,8 +74,14 @@ struct SamplingInputs {
 
 class ModelRunner {
  public:
+  // Refuses, before any weight is read or device memory reserved, a model the attention backend
+  // cannot serve with these options (capabilities.h: kUnimplemented naming the config field or
+  // the flag and the supported values).
   static Result<std::unique_ptr<ModelRunner>> create(const std::filesystem::path& model_dir,
                                                      const ModelRunnerOptions& options);
+  // What the model in `config` asks of attention with `options` (the capability check's input).
+  static attention::AttentionRequirements attention_requirements(const ModelConfig& config,
+                                                                 const ModelRunnerOptions& options);
   ~ModelRunner();
 
   const ModelConfig& config() const { return model_->config(); }
@@ -82,9 +99,12 @@ class ModelRunner {
 
   // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab]. A decode
   // batch that fits a captured graph replays it instead (same kernels, padded to the bucket).
-  void forward(mem::ForwardBatch& batch, std::vector<float>& logits);
+  // kOutOfMemory when a device buffer this forward needs (activations, attention metadata, page
+  // lists, split workspace, sampling buffers) cannot grow: the outputs are garbage, the batch's
+  // KV slots hold nothing usable, and the runner serves the next forward normally.
+  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits);
   // The same, keeping only each row's argmax (computed on the device).
-  void forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens);
+  Status forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens);
 
   // The same forward, then ops::sample_rows over its logits rows with `sampling` (one row of
   // parameters per logits row; greedy rows are argmax rows of the same launch). On a device the
@@ -93,9 +113,9 @@ class ModelRunner {
   // (and, with `logprobs`, each chosen token's raw logprob; with sampling.raw_rows, those rows'
   // raw logits into `raw_logits`) come back. On the CPU the logits are sampled in place on the
   // host by the same op.
-  void forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
-                      std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
-                      std::vector<float>* raw_logits = nullptr);
+  Status forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
+                        std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
+                        std::vector<float>* raw_logits = nullptr);
 
   // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
   // without them.
@@ -109,7 +129,9 @@ class ModelRunner {
  private:
   ModelRunner() = default;
   // Points the batch at this runner's pools and builds the backend's metadata (once per forward).
-  void prepare(mem::ForwardBatch& batch);
+  Status prepare(mem::ForwardBatch& batch);
+  // Grows forward_sample's device buffers for `rows` rows of `sampling` (before the forward).
+  Status reserve_sampling_buffers(int64_t rows, const SamplingInputs& sampling, bool logprobs);
   // Whether `batch` replays a decode graph (pointing it at the pools when it does).
   bool use_graph(mem::ForwardBatch& batch);
 

@@ -163,12 +163,13 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   mem::split_encoder_decoder_loc(loc, rows, runner.options().page_size, runner.options().layout,
                                  encoder_loc, decoder_loc);
   mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc,
-                                          runner.req_to_token(), runner.kv_pool());
+                                                    runner.req_to_token(), runner.kv_pool());
   batch.self_kv_start = starts;
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
   std::vector<float> logits;
-  runner.forward(batch, logits, encoder_hidden.empty() ? nullptr : encoder_hidden.data());
+  KV_RETURN_IF_ERROR(
+      runner.forward(batch, logits, encoder_hidden.empty() ? nullptr : encoder_hidden.data()));
 
   // Greedy steps; `active` lists the requests whose logits rows `logits` holds, in order.
   std::vector<int32_t> active(bs);
@@ -211,11 +212,11 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
       step_encoder_lens.push_back(encoder_lens[b]);
     }
     KV_RETURN_IF_ERROR(mem::alloc_for_decode(memory, ptrs, loc));
-    batch =
-        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(), runner.kv_pool());
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(),
+                                    runner.kv_pool());
     batch.self_kv_start = step_starts;
     batch.encoder_lens = step_encoder_lens;
-    runner.forward(batch, logits);
+    KV_RETURN_IF_ERROR(runner.forward(batch, logits));
   }
   return results;
 }

@@ -525,8 +525,8 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
   return Status::ok();
 }
 
-void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-                           std::vector<float>& logits, const void* encoder_hidden) {
+Status WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                             std::vector<float>& logits, const void* encoder_hidden) {
   const WhisperConfig& c = config_;
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
@@ -572,7 +572,9 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
     st = grow(platform_, w.ints, DType::kI32, 1, 2 * n + rows);
     if (st.is_ok()) w.ints_size = 2 * n + rows;
   }
-  check_reserved(st);
+  if (!st.is_ok()) {
+    return make_status(st.code(), "Whisper activation memory for {} tokens: {}", n, st.message());
+  }
 
   // The batch's integers reach the device in one copy.
   const mem::DeviceBatchInts in =
@@ -625,7 +627,8 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
     linear(normed, sa.q, q, n, d, d, d);
     linear(normed, sa.k, k, n, d, d, d);
     linear(normed, sa.v, v, n, d, d, d);
-    backend.forward({.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_}, layer, batch);
+    KV_RETURN_IF_ERROR(
+        backend.forward({.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_}, layer, batch));
     linear(attn, sa.o, delta, n, d, d, d);
     // Cross-attention over the encoder region; its K/V are stored only when computed here.
     const Attention& ca = l.cross_attn;
@@ -636,7 +639,8 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
       linear(encoder_hidden, ca.v, cv, enc_rows, d, d, d);
     }
     layer.is_cross_attention = true;
-    backend.forward({.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_}, layer, batch);
+    KV_RETURN_IF_ERROR(
+        backend.forward({.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_}, layer, batch));
     linear(attn, ca.o, delta, n, d, d, d);
     // Tokens of requests without an encoder output skip cross-attention.
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
@@ -650,7 +654,7 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
   // The rows whose logits are wanted are gathered (an embedding lookup into the activations); the
   // last sublayer output joins the residual inside the final norm.
   logits.resize(static_cast<size_t>(rows) * vocab);
-  if (rows == 0) return;
+  if (rows == 0) return Status::ok();
   const auto gather = [&](const void* table, void* out) {
     ops::embedding(platform_, {.table = table,
                                .ids = logits_indices,
@@ -675,10 +679,11 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
                         .lda = d,
                         .ldb = d,
                         .ldc = vocab});
-  if (on_cpu) return;
+  if (on_cpu) return Status::ok();
   platform_.copy(logits.data(), w.logits.data(), logits.size() * sizeof(float),
                  platform::CopyKind::kDeviceToHost);
   platform_.synchronize();
+  return Status::ok();
 }
 
 }  // namespace kvserve::model

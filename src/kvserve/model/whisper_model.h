@@ -56,9 +56,9 @@ class WhisperModel {
   // `encoder_hidden` (device memory, dtype()) holds the encoder outputs whose cross K/V this
   // forward stores, request-major in the order of batch.encoder_out_cache_loc
   // ([encoder_out_cache_loc.size(), d_model]); null when every request's encoder K/V is already
-  // cached (or it has none).
-  void forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-               std::vector<float>& logits, const void* encoder_hidden = nullptr);
+  // cached (or it has none). kOutOfMemory when a device buffer cannot grow for this batch.
+  Status forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                 std::vector<float>& logits, const void* encoder_hidden = nullptr);
 
  private:
   struct Norm;

@@ -29,26 +29,38 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
   KV_ASSIGN_OR_RETURN(const Device device, platform::parse_device(o.device));
   std::string& backend = r->options_.attention_backend;
   if (backend.empty()) {
-    backend = attention::default_attention_backend(device);
+    backend = attention::attention_backend_name(attention::default_attention_backend(device.kind));
     if (!device.is_cpu() && o.layout == mem::EncoderKvLayout::kRagged && o.page_size > 1) {
       backend = "cuda-ragged";
     }
   }
-  if (backend == "cuda-paged" && o.layout == mem::EncoderKvLayout::kRagged && o.page_size > 1) {
-    return invalid_argument(
-        "--attention-backend cuda-paged reads whole pages, but the ragged encoder KV layout "
-        "starts the decoder region inside a page (page size {}): use cuda-ragged or the aligned "
-        "layout",
-        o.page_size);
-  }
+  KV_ASSIGN_OR_RETURN(const attention::AttentionBackendKind backend_kind,
+                      attention::parse_attention_backend(backend));
+  // The model and the layout against the backend's capabilities (attention/capabilities.h),
+  // before anything is loaded.
+  KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
+  attention::AttentionRequirements need;
+  need.head_dim_field = "d_model / decoder_attention_heads";
+  need.heads_field = "decoder_attention_heads";
+  need.kv_heads_field = "decoder_attention_heads";
+  need.num_q_heads = config.decoder_attention_heads;
+  need.num_kv_heads = config.decoder_attention_heads;
+  need.head_dim = config.decoder_head_dim();
+  need.cross_attention = true;
+  need.ragged_encoder_rows = o.layout == mem::EncoderKvLayout::kRagged;
+  need.page_size = o.page_size;
+  need.kv_dtype = device.is_cpu() ? DType::kF32 : DType::kBF16;  // the compute dtype
+  need.device = device.kind;
+  KV_RETURN_IF_ERROR(attention::check_attention_support(backend_kind, need));
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
+  r->platform_->set_kernel_switches(o.kernel_switches);
   // Before anything is allocated: weights, KV cache and activations all come from the pool.
   KV_RETURN_IF_ERROR(platform::reserve_device_pool(*r->platform_, o.device_pool));
-  KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
   KV_ASSIGN_OR_RETURN(r->generation_, load_whisper_generation_config(dir));
   KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));
   KV_ASSIGN_OR_RETURN(r->model_, WhisperModel::load(config, *weights, *r->platform_));
-  KV_ASSIGN_OR_RETURN(r->backend_, attention::create_attention_backend(backend, *r->platform_));
+  KV_ASSIGN_OR_RETURN(r->backend_,
+                      attention::create_attention_backend(backend_kind, *r->platform_));
 
   // A full row: the encoder region (page-aligned in the aligned layout) and every decoder
   // position; in whole pages, since the allocator hands out pages.
@@ -81,13 +93,13 @@ int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
   return mem::encoder_reserved_len(encoder_len, options_.page_size, options_.layout);
 }
 
-void WhisperRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
-                            const void* encoder_hidden) {
+Status WhisperRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+                              const void* encoder_hidden) {
   batch.req_to_token = req_to_token_.get();
   batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
-  backend_->init_forward_metadata(batch);
-  model_->forward(batch, *backend_, logits, encoder_hidden);
+  KV_RETURN_IF_ERROR(backend_->init_forward_metadata(batch));
+  return model_->forward(batch, *backend_, logits, encoder_hidden);
 }
 
 }  // namespace kvserve::model

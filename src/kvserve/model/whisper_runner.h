@@ -40,6 +40,8 @@ struct WhisperRunnerOptions {
   // after the platform is created (platform/device_pool.h). Tests that hold several CUDA runners
   // at once, or share the GPU with other test processes, set reserve = false or a fixed size.
   platform::DevicePoolOptions device_pool;
+  // The CUDA kernels' A/B switches (platform/kernel_switches.h), set on the runner's platform.
+  platform::KernelSwitches kernel_switches;
 };
 
 class WhisperRunner {
@@ -64,9 +66,9 @@ class WhisperRunner {
   int32_t encoder_reserved_len(int32_t encoder_len) const;
 
   // Attention metadata once, then the decoder (WhisperModel::forward; `encoder_hidden` is device
-  // memory of the model's dtype).
-  void forward(mem::ForwardBatch& batch, std::vector<float>& logits,
-               const void* encoder_hidden = nullptr);
+  // memory of the model's dtype). kOutOfMemory when a device buffer cannot grow for this batch.
+  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+                 const void* encoder_hidden = nullptr);
 
  private:
   WhisperRunner() = default;

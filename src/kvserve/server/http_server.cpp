@@ -65,7 +65,10 @@ void stream_job(
       });
 }
 
-// Waits for the whole job (checking that the client is still there), then sends `render()`.
+// Waits for the whole job (checking that the client is still there), then sends `render()`, or
+// the OpenAI-style error of a choice the engine failed (FinishKind::kError). The headers leave
+// with the first byte, before the engine has answered, so that error goes with status 200: its
+// body is the error document clients parse.
 void respond_when_done(httplib::Response& res, std::shared_ptr<Job> job,
                        std::function<ordered_json()> render) {
   res.set_chunked_content_provider(
@@ -78,7 +81,8 @@ void respond_when_done(httplib::Response& res, std::shared_ptr<Job> job,
           }
           job->poll(kPoll, [](size_t, const std::string&, const engine::StreamEvent&) {});
         }
-        const std::string body = render().dump();
+        const std::optional<ApiError> failed = job_error(*job);
+        const std::string body = failed ? failed->body() : render().dump();
         if (!sink.write(body.data(), body.size())) return false;
         sink.done();
         return true;
@@ -267,7 +271,7 @@ void HttpServer::install_routes() {
               {{"version", kVersion},
                {"model_path", o.model_path.string()},
                {"served_model_name", model_name_},
-               {"device", o.runner.device},
+               {"device", o.runner.device.to_string()},
                {"context_length", engine_.context_len()},
                {"max_total_num_tokens", engine_.max_total_tokens()},
                {"max_running_requests", engine_.max_running_requests()},
@@ -290,6 +294,7 @@ void HttpServer::install_routes() {
                {"engine_time",
                 {{"prefill_batches", st.scheduler.prefill_batches},
                  {"decode_steps", st.scheduler.decode_steps},
+                 {"failed_batches", st.scheduler.failed_batches},
                  {"step_seconds", st.scheduler.step_seconds},
                  {"forward_seconds", st.scheduler.forward_seconds},
                  {"sample_seconds", st.scheduler.sample_seconds},
@@ -325,7 +330,10 @@ void HttpServer::install_routes() {
     if (r.stream) {
       stream_job(
           res, job,
-          [job](size_t i, const std::string&, const engine::StreamEvent&) {
+          [job](size_t i, const std::string&, const engine::StreamEvent& e) {
+            if (e.finished && e.finish.kind == engine::FinishKind::kError) {
+              return sse_error(engine_error(e.finish));
+            }
             return native_stream_event(*job, job->choices()[i], i);
           },
           [] { return std::string(kSseDone); });
@@ -367,6 +375,9 @@ void HttpServer::install_routes() {
           if (r->echo && !(*echoed)[i]) {
             (*echoed)[i] = true;
             text = job->specs()[job->choices()[i].spec].prompt_text + text;
+          }
+          if (e.finished && e.finish.kind == engine::FinishKind::kError) {
+            return sse_error(engine_error(e.finish));
           }
           const char* fr = e.finished ? e.finish.openai_name() : nullptr;
           if (text.empty() && !fr) return std::string();
@@ -418,7 +429,9 @@ void HttpServer::install_routes() {
             out += sse(
                 chat_chunk(id, model, job->created_unix(), i, {{"content", delta}}, nullptr, lp));
           }
-          if (e.finished) {
+          if (e.finished && e.finish.kind == engine::FinishKind::kError) {
+            out += sse_error(engine_error(e.finish));
+          } else if (e.finished) {
             out += sse(chat_chunk(id, model, job->created_unix(), i, ordered_json::object(),
                                   e.finish.openai_name()));
           }

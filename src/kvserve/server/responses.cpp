@@ -29,6 +29,23 @@ std::string sse(const ordered_json& j) {
   return "data: " + j.dump() + "\n\n";
 }
 
+ApiError engine_error(const engine::FinishReason& finish) {
+  return {503, finish.message, "service_unavailable", "", ""};
+}
+
+std::optional<ApiError> job_error(const Job& job) {
+  for (const Choice& c : job.choices()) {
+    if (c.output->finished() && c.output->finish().kind == engine::FinishKind::kError) {
+      return engine_error(c.output->finish());
+    }
+  }
+  return std::nullopt;
+}
+
+std::string sse_error(const ApiError& e) {
+  return "data: " + e.body() + "\n\n";
+}
+
 std::string new_id(const char* prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("{}-{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
@@ -46,6 +63,8 @@ ordered_json native_finish_reason(const OutputCollector& o) {
       return {{"type", "length"}, {"length", o.completion_tokens()}};
     case engine::FinishKind::kAbort:
       return {{"type", "abort"}, {"message", f.message}};
+    case engine::FinishKind::kError:
+      return {{"type", "error"}, {"message", f.message}};
     case engine::FinishKind::kNone:
       break;
   }
