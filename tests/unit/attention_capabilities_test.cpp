@@ -169,7 +169,9 @@ TEST(AttentionCapabilities, EveryUnsupportedCombinationNamesItsFieldAndTheSuppor
     c.edit(need);
     const Status s = check_attention_support(c.backend, need);
     EXPECT_EQ(s.code(), c.code) << c.name << ": " << s.to_string();
-    if (c.code != StatusCode::kOk) EXPECT_EQ(s.message(), c.message) << c.name;
+    if (c.code != StatusCode::kOk) {
+      EXPECT_EQ(s.message(), c.message) << c.name;
+    }
   }
 }
 

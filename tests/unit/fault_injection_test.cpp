@@ -73,8 +73,8 @@ engine::EngineOptions faulty_options(std::shared_ptr<platform::AllocationFaults>
 TEST(FaultInjection, FailedPrefillFailsOnlyItsBatch) {
   const std::vector<int32_t> short_prompt = ids(4, 11);
   const std::vector<int32_t> long_prompt = ids(48, 23);
-  constexpr int32_t kDecodeLen = 40;
-  TestServer reference;  // never fails
+  constexpr int32_t kDecodeLen = 160;  // still decoding when the failing prefill comes
+  TestServer reference;                // never fails
   const std::vector<int32_t> want_short = greedy_ids(reference, short_prompt, kDecodeLen);
   const std::vector<int32_t> want_long = greedy_ids(reference, long_prompt, 8);
 

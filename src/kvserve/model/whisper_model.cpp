@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
 #include "kvserve/platform/ops/paged_prefill.h"
@@ -375,7 +376,9 @@ void WhisperModel::reserve_encoder() {
 bool WhisperModel::encoder_attention_on_tensor_cores() const {
   const int32_t head_dim = config_.encoder_head_dim();
   return !platform_.device().is_cpu() && dtype_ == DType::kBF16 &&
-         (head_dim == 64 || head_dim == 128) && config_.d_model % 8 == 0;
+         std::ranges::find(attention::kPagedKernelHeadDims, head_dim) !=
+             std::end(attention::kPagedKernelHeadDims) &&
+         config_.d_model % 8 == 0;
 }
 
 Status WhisperModel::encode(std::span<const float> features, void* out) {

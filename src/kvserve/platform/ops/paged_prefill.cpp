@@ -148,10 +148,13 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
   check_kv_addressing(params.page_ids, params.page_size);
 #if KVSERVE_WITH_CUDA
   if (stages == 0) stages = platform.kernel_switches().decode_tc_stages;
-  PagedDecodeParams p = params;
-  p.pdl = platform.kernel_switches().pdl;
-  platform::cuda::paged_decode_tc(p, resolve_decode_tc_stages(stages, params.head_dim),
-                                  platform.resolve(stream));
+  stages = resolve_decode_tc_stages(stages, params.head_dim);
+  if (params.pdl != platform.kernel_switches().pdl) {  // A/B runs only: the default copies nothing
+    PagedDecodeParams p = params;
+    p.pdl = platform.kernel_switches().pdl;
+    return platform::cuda::paged_decode_tc(p, stages, platform.resolve(stream));
+  }
+  platform::cuda::paged_decode_tc(params, stages, platform.resolve(stream));
 #else
   (void)stream;
   (void)stages;
