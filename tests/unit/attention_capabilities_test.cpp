@@ -245,7 +245,7 @@ TEST_F(LoadTimeRefusal, UnsupportedModelsAreRefusedBeforeLoading) {
   };
   const std::vector<Refusal> refusals = {
       // hidden 64 / 4 heads: tiny's own head_dim 16 is not a paged kernel's.
-      {"tiny", nlohmann::json::object(), 16, std::nullopt,
+      {"tiny_as_is", nlohmann::json::object(), 16, std::nullopt,
        "config.json: head_dim 16: attention backend cuda-paged supports 64, 128"},
       {"head_dim_96",
        {{"head_dim", 96}},
