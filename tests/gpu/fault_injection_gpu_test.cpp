@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/allocation_faults.h"
 #include "kvserve/platform/platform.h"
@@ -24,12 +24,12 @@ namespace fs = std::filesystem;
 const fs::path& model_dir() {
   static const fs::path dir = [] {
     const fs::path d = fs::temp_directory_path() / "kvserve-gpu-fault-injection-qwen";
-    model::MakeModelOptions mm;
+    makemodel::MakeModelOptions mm;
     mm.preset = "qwen2.5-0.5b-shape";  // head_dim 64, GQA 14/2: the paged kernels'
     mm.output = d;
     mm.seed = 17;
     mm.force = true;
-    EXPECT_TRUE(model::make_model(mm).is_ok());
+    EXPECT_TRUE(makemodel::make_model(mm).is_ok());
     return d;
   }();
   return dir;

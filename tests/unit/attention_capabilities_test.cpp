@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvserve/attention/capabilities.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "unit/model_test_util.h"
 
@@ -201,10 +201,10 @@ TEST(AttentionCapabilities, TableRows) {
 class LoadTimeRefusal : public ::testing::Test {
  protected:
   void SetUp() override {
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir_.path() / "tiny";
-    ASSERT_TRUE(model::make_model(o).is_ok());
+    ASSERT_TRUE(makemodel::make_model(o).is_ok());
   }
 
   // A copy of the tiny checkpoint with config.json fields replaced.

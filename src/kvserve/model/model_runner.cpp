@@ -55,7 +55,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   r->page_size_ = o.page_size;
   const Device device = o.device;
   // The model and the options against the backend's capabilities first: nothing is loaded yet.
-  KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
+  KV_ASSIGN_OR_RETURN(const checkpoint::ModelConfig config,
+                      checkpoint::load_model_config(model_dir));
   const attention::AttentionBackendKind backend_kind =
       o.attention_backend.value_or(attention::default_attention_backend(device.kind));
   const attention::AttentionRequirements need = attention_requirements(config, o);
@@ -72,7 +73,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     r->stream_ = std::make_unique<platform::Stream>(*r->platform_);
     r->platform_->set_current_stream(r->stream_->handle());
   }
-  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(model_dir));
+  KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(model_dir));
   {
     std::optional<ProgressBar> bar;
     std::function<void(int64_t, int64_t)> on_layer;
@@ -153,8 +154,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   return r;
 }
 
-attention::AttentionRequirements ModelRunner::attention_requirements(const ModelConfig& config,
-                                                                     const ModelRunnerOptions& o) {
+attention::AttentionRequirements ModelRunner::attention_requirements(
+    const checkpoint::ModelConfig& config, const ModelRunnerOptions& o) {
   attention::AttentionRequirements need;
   need.num_q_heads = config.num_attention_heads;
   need.num_kv_heads = config.num_key_value_heads;

@@ -80,11 +80,11 @@ class ModelRunner {
   static Result<std::unique_ptr<ModelRunner>> create(const std::filesystem::path& model_dir,
                                                      const ModelRunnerOptions& options);
   // What the model in `config` asks of attention with `options` (the capability check's input).
-  static attention::AttentionRequirements attention_requirements(const ModelConfig& config,
-                                                                 const ModelRunnerOptions& options);
+  static attention::AttentionRequirements attention_requirements(
+      const checkpoint::ModelConfig& config, const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  const ModelConfig& config() const { return model_->config(); }
+  const checkpoint::ModelConfig& config() const { return model_->config(); }
   platform::Platform& platform() { return *platform_; }
   mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
   // Device platforms: the req_to_token mirror the device backends read (null on the CPU).

@@ -1,7 +1,7 @@
 #include "kvserve/model/whisper_runner.h"
 
+#include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/common.h"
-#include "kvserve/model/weights.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/platform.h"
 
@@ -38,7 +38,7 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
                       attention::parse_attention_backend(backend));
   // The model and the layout against the backend's capabilities (attention/capabilities.h),
   // before anything is loaded.
-  KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
+  KV_ASSIGN_OR_RETURN(const checkpoint::WhisperConfig config, checkpoint::load_whisper_config(dir));
   attention::AttentionRequirements need;
   need.head_dim_field = "d_model / decoder_attention_heads";
   need.heads_field = "decoder_attention_heads";
@@ -56,8 +56,8 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
   r->platform_->set_kernel_switches(o.kernel_switches);
   // Before anything is allocated: weights, KV cache and activations all come from the pool.
   KV_RETURN_IF_ERROR(platform::reserve_device_pool(*r->platform_, o.device_pool));
-  KV_ASSIGN_OR_RETURN(r->generation_, load_whisper_generation_config(dir));
-  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));
+  KV_ASSIGN_OR_RETURN(r->generation_, checkpoint::load_whisper_generation_config(dir));
+  KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(dir));
   KV_ASSIGN_OR_RETURN(r->model_, WhisperModel::load(config, *weights, *r->platform_));
   KV_ASSIGN_OR_RETURN(r->backend_,
                       attention::create_attention_backend(backend_kind, *r->platform_));
