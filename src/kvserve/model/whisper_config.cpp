@@ -7,6 +7,7 @@
 namespace kvserve::model {
 namespace {
 
+using core::JsonFields;
 using nlohmann::json;
 
 constexpr std::string_view kArchitecture = "WhisperForConditionalGeneration";
