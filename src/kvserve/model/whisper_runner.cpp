@@ -83,7 +83,7 @@ int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
 
 void WhisperRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
                             const void* encoder_hidden) {
-  batch.req_to_token = req_to_token_.get();
+  KV_CHECK(batch.req_to_token == req_to_token_.get(), "a batch of this runner's table");
   batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
   backend_->init_forward_metadata(batch);
