@@ -10,7 +10,8 @@
 #include "kvserve/cli/runner_options.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/engine.h"
-#include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/model/model_runner.h"
+#include "kvserve/model/whisper_front_end.h"
 #include "kvserve/server/http_server.h"
 #include "kvserve/server/transcription_server.h"
 
@@ -48,43 +49,33 @@ int serve_until_signal(Server& http, const std::string& host, sigset_t signals, 
   return 0;
 }
 
-// A Whisper checkpoint: the transcription service (one worker thread owns the model) behind
-// OpenAI's /v1/audio/transcriptions.
-int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
-  const model::ModelRunnerOptions& r = o.engine.runner;
-  if (r.kv_cache_dtype != "auto") {
-    return load_failure(invalid_argument(
-        "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
-        r.kv_cache_dtype));
-  }
-  server::TranscriptionServiceOptions so;
-  so.runner.device = r.device;
-  so.runner.page_size = r.page_size;
-  so.runner.attention_backend = r.attention_backend;  // empty: the device's default
-  so.runner.max_running_requests = r.max_running_requests > 0 ? r.max_running_requests : 8;
-  so.runner.max_total_tokens = r.max_total_tokens;
+// A Whisper checkpoint: the engine (its encoder-decoder path) behind OpenAI's
+// /v1/audio/transcriptions; the tokenizer and feature extractor serve the HTTP threads.
+int run_serve_whisper(ServeOptions o, sigset_t signals) {
+  engine::EngineOptions& e = o.engine;
+  if (e.runner.max_running_requests <= 0) e.runner.max_running_requests = 8;
   auto layout = mem::parse_encoder_kv_layout(o.encoder_kv_layout);
   if (!layout.is_ok()) {
     return load_failure(invalid_argument("--encoder-kv-layout: {}", layout.status().message()));
   }
-  so.runner.layout = *layout;
-  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}",
-              o.engine.model_path.string(), r.device);
-  auto service = server::TranscriptionService::create(o.engine.model_path, so);
-  if (!service.is_ok()) return load_failure(service.status());
-  const model::WhisperRunnerOptions& ro = (*service)->transcriber().runner().options();
-  KV_LOG_INFO(
-      "speech recognition: page size {}, {} encoder KV layout, {} attention, batches of up to {}",
-      ro.page_size, o.encoder_kv_layout, ro.attention_backend, ro.max_running_requests);
-  server::TranscriptionServer http(**service, o.engine.model_path.string(), o.server);
+  e.runner.encoder_kv_layout = *layout;
+  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}", e.model_path.string(),
+              e.runner.device);
+  auto engine = engine::Engine::create(e);
+  if (!engine.is_ok()) return load_failure(engine.status());
+  auto front_end = model::WhisperFrontEnd::load(e.model_path, *(*engine)->whisper_config(),
+                                                *(*engine)->whisper_generation_config());
+  if (!front_end.is_ok()) return load_failure(front_end.status());
+  KV_LOG_INFO("speech recognition: {}", (*engine)->summary());
+  server::TranscriptionServer http(**engine, **front_end, e.model_path.string(), o.server);
   if (Status s = http.bind(); !s.is_ok()) {
     fmt::print(stderr, "kvserve serve: {}\n", s.message());
     return 1;
   }
-  // Stop accepting, then let the worker finish its batch and fail what is queued (503).
+  // Stop accepting, then end what is in flight (aborted: 503), so the HTTP workers return.
   return serve_until_signal(http, o.server.host, signals, [&] {
     http.stop();
-    (*service)->shutdown();
+    (*engine)->shutdown();
   });
 }
 
@@ -98,7 +89,9 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  if (model::is_whisper_checkpoint(o.engine.model_path)) return run_serve_whisper(o, signals);
+  if (model::is_whisper_checkpoint(o.engine.model_path)) {
+    return run_serve_whisper(std::move(o), signals);
+  }
 
   KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
               o.engine.runner.device);

@@ -10,6 +10,7 @@
 
 #include "kvserve/core/logging.h"
 #include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/common.h"
 #include "kvserve/mem/radix_cache.h"
 
 namespace kvserve::engine {
@@ -61,7 +62,28 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     so.eos_token_ids = {*e->tokenizer_->eos_token_id()};
   }
   model::ModelRunner& r = *e->runner_;
-  if (options.disable_radix_cache) {
+  if (r.is_encoder_decoder()) {
+    // Whisper: eos from generation_config.json (ModelConfig's), the model's logit rules for every
+    // request, and nothing shared between requests (a ChunkCache).
+    const model::WhisperGenerationConfig& g = r.whisper_generation_config();
+    e->whisper_config_ = r.whisper_config();
+    e->whisper_generation_ = g;
+    so.eos_token_ids = e->config_.eos_token_ids;
+    auto rules = std::make_shared<LogitRules>(whisper_logit_rules(g));
+    if (!rules->empty()) e->model_logit_rules_ = std::move(rules);
+    e->encoder_input_size_ = r.encoder_input_size();
+    e->encoder_len_ = r.encoder_len();
+    e->encoder_reserved_ = r.encoder_reserved_len(e->encoder_len_);
+    const int64_t row =
+        mem::ceil_align(int64_t{e->encoder_reserved_} + r.context_len(), int64_t{r.page_size()});
+    if (r.max_total_tokens() < row) {
+      return invalid_argument(
+          "--max-total-tokens {}: one request's row ({} positions: the encoder region and the "
+          "decoder's {}) does not fit",
+          r.max_total_tokens(), row, r.context_len());
+    }
+  }
+  if (options.disable_radix_cache || r.is_encoder_decoder()) {
     e->cache_ = std::make_unique<mem::ChunkCache>(r.req_to_token(), r.allocator());
   } else {
     e->cache_ = std::make_unique<mem::RadixCache>(r.req_to_token(), r.allocator(), eviction);
@@ -70,10 +92,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   e->context_len_ = r.context_len();
   e->max_total_tokens_ = r.max_total_tokens();
   e->max_running_requests_ = r.max_running_requests();
+  e->attention_backend_ = std::string(r.backend().name());
   e->summary_ = fmt::format(
       "{}; chunked_prefill_size {}, max_prefill_tokens {}, schedule_policy {}, {} cache",
       r.summary(), so.chunked_prefill_size, so.max_prefill_tokens, schedule_policy_name(policy),
-      options.disable_radix_cache ? "chunk" : "radix");
+      options.disable_radix_cache || r.is_encoder_decoder() ? "chunk" : "radix");
   e->status_.scheduler = e->scheduler_->stats();  // /get_server_info is right before any step
   e->dispatcher_ = std::make_unique<StreamDispatcher>();
   e->thread_ = std::thread([raw = e.get()] { raw->loop(); });
@@ -107,8 +130,19 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
       return invalid_argument("token id {} is outside the vocabulary (0..{})", id, vocab - 1);
     }
   }
-  // SGLang: max_req_len = min(context_len - 1, max_total_tokens - 1).
-  const int64_t max_req_len = std::min<int64_t>(context_len_ - 1, max_total_tokens_ - 1);
+  // SGLang: max_req_len = min(context_len - 1, max_total_tokens - 1). An encoder-decoder model's
+  // decoder context counts the prompt and every generated token (the last one is never fed back);
+  // create() checked that a full row fits the KV cache.
+  const bool enc_dec = is_encoder_decoder();
+  const int64_t max_req_len =
+      enc_dec ? context_len_ : std::min<int64_t>(context_len_ - 1, max_total_tokens_ - 1);
+  if (request.encoder_input != nullptr) {
+    if (!enc_dec) return invalid_argument("an encoder input for a model without an encoder");
+    if (static_cast<int64_t>(request.encoder_input->size()) != encoder_input_size_) {
+      return invalid_argument("the encoder input has {} values; the encoder takes {}",
+                              request.encoder_input->size(), encoder_input_size_);
+    }
+  }
   if (static_cast<int64_t>(request.input_ids.size()) >= max_req_len) {
     if (!options_.allow_auto_truncate) {
       return invalid_argument(
@@ -135,6 +169,12 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
   req->logprob_start_len = sp.return_logprob && request.logprob_start_len >= 0
                                ? std::min<int32_t>(request.logprob_start_len, req->input_len() - 1)
                                : -1;
+  req->logit_rules = request.logit_rules != nullptr ? request.logit_rules : model_logit_rules_;
+  if (request.encoder_input != nullptr) {
+    req->encoder_input = request.encoder_input;
+    req->encoder_len = encoder_len_;
+    req->encoder_reserved = encoder_reserved_;
+  }
   req->arrival = Clock::now();
   req->stream = std::make_shared<RequestStream>();
   auto stream = req->stream;

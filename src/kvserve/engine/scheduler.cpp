@@ -9,6 +9,7 @@
 #include "kvserve/engine/prefill_adder.h"
 #include "kvserve/engine/sampler.h"
 #include "kvserve/mem/common.h"
+#include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/invariants.h"
 
 namespace kvserve::engine {
@@ -40,6 +41,7 @@ Scheduler::Scheduler(model::ModelRunner& runner, mem::PrefixCache& cache,
     : runner_(runner),
       cache_(cache),
       memory_{runner.req_to_token(), runner.allocator(), cache},
+      encoder_decoder_(runner.is_encoder_decoder()),
       tokenizer_(tokenizer),
       options_(options),
       metrics_(metrics),
@@ -63,6 +65,14 @@ void Scheduler::add_request(std::unique_ptr<Req> req) {
 
 void Scheduler::init_next_round_input(Req& r) {
   r.fill_ids = r.all_ids();
+  if (encoder_decoder_) {
+    // The whole row, encoder region first; nothing is matched (a ChunkCache).
+    r.kv.prefix_indices.clear();
+    r.kv.last_node = cache_.match_prefix({}).last_node;
+    r.kv.cache_protected_len = 0;
+    r.extend_input_len = r.encoder_reserved + static_cast<int32_t>(r.fill_ids.size());
+    return;
+  }
   // At least one token is computed (for its logits); with input logprobs, the positions from
   // logprob_start_len on must be computed too.
   int64_t limit = static_cast<int64_t>(r.fill_ids.size()) - 1;
@@ -84,7 +94,8 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
   double reservation = 0;
   for (const Req* r : running_)
     reservation += remaining_output_budget(*r) * new_token_ratio_;
-  const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0
+  // An encoder-decoder prefill (encoder region and prompt) is never chunked.
+  const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0 && !encoder_decoder_
                                            ? std::optional(options_.chunked_prefill_size)
                                            : std::nullopt;
   PrefillAdder adder(runner_.page_size(), cache_, runner_.allocator(), reservation,
@@ -144,16 +155,31 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     return;
   }
   ++prefill_batches_;
+  // Encoder-decoder rows: the slots of the encoder regions go to the encoder's K/V, the rest to
+  // the decoder's; positions below are the decoder's (seq_lens[i] - encoder_reserved).
+  std::vector<int32_t> encoder_loc;
+  if (encoder_decoder_) {
+    std::vector<mem::EncDecRow> rows;
+    for (const Req* r : batch) {
+      rows.push_back({r->kv.row, r->encoder_len, static_cast<int32_t>(r->fill_ids.size())});
+    }
+    std::vector<int32_t> decoder_loc;
+    mem::split_encoder_decoder_loc(loc, rows, runner_.page_size(), runner_.encoder_kv_layout(),
+                                   encoder_loc, decoder_loc);
+    loc = std::move(decoder_loc);
+  }
   // Which rows need logits: input logprobs (positions whose next token is still input) and the
   // last position of a complete prompt (its first sampled token).
   std::vector<mem::ForwardRequest> fwd;
   std::vector<std::vector<int32_t>> rows_of(batch.size());
   std::vector<int32_t> logits_rows;
+  std::vector<int32_t> decoder_seq(batch.size());
   int32_t start = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
     const auto prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
-    const int32_t seq = seq_lens[i];
+    const int32_t seq = seq_lens[i] - r.encoder_reserved;
+    decoder_seq[i] = seq;
     fwd.push_back({r.kv.row, prefix,
                    std::vector<int32_t>(r.fill_ids.begin() + prefix, r.fill_ids.begin() + seq)});
     for (int32_t p = prefix; p < seq; ++p) {
@@ -167,9 +193,18 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     start += seq - prefix;
   }
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, std::move(loc),
+                                                 runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
+  std::vector<std::span<const float>> encoder_inputs;
+  if (encoder_decoder_) {
+    for (const Req* r : batch) {
+      fb.self_kv_start.push_back(r->encoder_reserved);
+      fb.encoder_lens.push_back(r->encoder_len);
+      if (r->encoder_len > 0) encoder_inputs.emplace_back(*r->encoder_input);
+    }
+    fb.encoder_out_cache_loc = std::move(encoder_loc);
+  }
   // On a device, when every logits row is a sampled one (no input logprobs), the rows are sampled
   // there and only the tokens come back. sampled_of[i]: request i's row in sampled_ (or -1).
   std::vector<Req*> sampled_reqs;
@@ -180,11 +215,12 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
       sampled_reqs.push_back(batch[i]);
     }
   }
-  const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling();
+  const bool on_device =
+      sampled_reqs.size() == logits_rows.size() && device_sampling() && !host_sampling(batch);
   if (on_device) {
     timed_forward_sample(fb, sampled_reqs);
   } else {
-    timed_forward(fb);
+    timed_forward(fb, encoder_inputs);
   }
   const int32_t vocab = runner_.config().vocab_size;
   auto row = [&](int32_t k) {
@@ -195,7 +231,7 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     Req& r = *batch[i];
     const auto prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
     size_t k = 0;
-    for (int32_t p = prefix; p < seq_lens[i]; ++p) {
+    for (int32_t p = prefix; p < decoder_seq[i]; ++p) {
       if (k < rows_of[i].size() && r.logprob_start_len >= 0 && p >= r.logprob_start_len &&
           p + 1 < r.input_len() && r.output_ids.empty()) {
         r.input_logprobs.push_back(token_logprob(row(rows_of[i][k++]), r.origin_input_ids[p + 1]));
@@ -213,7 +249,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     if (r.finished()) {
       finish_and_release(r);
     } else {
-      cache_.cache_unfinished_req(r.kv, r.fill_ids);
+      // An encoder-decoder row shares nothing, and its positions are not fill_ids'.
+      if (!encoder_decoder_) cache_.cache_unfinished_req(r.kv, r.fill_ids);
       running_.push_back(&r);
     }
   }
@@ -291,19 +328,29 @@ void Scheduler::run_decode() {
   KV_CHECK(s.is_ok(), "decode allocation after the memory check: {}", s.to_string());
   ++decode_steps_;
   std::vector<mem::ForwardRequest> fwd;
-  for (Req* r : running_)
-    fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  for (Req* r : running_) {
+    fwd.push_back(
+        {r->kv.row, r->kv.kv_allocated_len - 1 - r->encoder_reserved, {r->output_ids.back()}});
+  }
+  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(loc),
+                                                 runner_.req_to_token(), runner_.kv_pool());
+  if (encoder_decoder_) {
+    for (const Req* r : running_) {
+      fb.self_kv_start.push_back(r->encoder_reserved);
+      fb.encoder_lens.push_back(r->encoder_len);
+    }
+  }
   // When every request decodes greedily and reads nothing else from its logits, the argmax is
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
   // Otherwise, on a device, the batch is sampled there by one launch (greedy rows are argmax rows
   // of it), and again only the ids (and chosen-token logprobs) come back, plus the raw logits rows
   // of the requests whose logprobs need them (top-N; a penalized row's chosen-token logprob).
-  const bool device_greedy = std::all_of(running_.begin(), running_.end(),
-                                         [](const Req* r) { return r->sampling.device_greedy(); });
-  const bool device_sample = !device_greedy && device_sampling();
+  const bool host = host_sampling(running_);
+  const bool device_greedy =
+      !host && std::all_of(running_.begin(), running_.end(),
+                           [](const Req* r) { return r->sampling.device_greedy(); });
+  const bool device_sample = !host && !device_greedy && device_sampling();
   if (device_greedy) {
     timed_forward_greedy(fb);
   } else if (device_sample) {
@@ -332,10 +379,11 @@ void Scheduler::run_decode() {
 
 // --- results -------------------------------------------------------------------------------
 
-void Scheduler::timed_forward(mem::ForwardBatch& batch) {
+void Scheduler::timed_forward(mem::ForwardBatch& batch,
+                              std::span<const std::span<const float>> encoder_inputs) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
-  runner_.forward(batch, logits_);
+  runner_.forward(batch, logits_, encoder_inputs);
   time_.forward_seconds += seconds(Clock::now() - start);
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
 }
@@ -350,6 +398,11 @@ void Scheduler::timed_forward_greedy(mem::ForwardBatch& batch) {
 
 bool Scheduler::device_sampling() const {
   return !runner_.platform().device().is_cpu();
+}
+
+bool Scheduler::host_sampling(const std::vector<Req*>& reqs) const {
+  return encoder_decoder_ ||
+         std::any_of(reqs.begin(), reqs.end(), [](const Req* r) { return r->logit_rules; });
 }
 
 std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
@@ -401,6 +454,11 @@ void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector
 
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
   const Clock::time_point start = Clock::now();
+  if (r.logit_rules) {
+    ruled_logits_.assign(logits.begin(), logits.end());
+    r.logit_rules->apply(ruled_logits_, r.output_len());
+    logits = ruled_logits_;
+  }
   const SampledToken t = sample(logits, r.sampling, penalty_entries(r), r.seed, r.output_len());
   time_.sample_seconds += seconds(Clock::now() - start);
   accept_sampled(r, t);

@@ -12,6 +12,14 @@
 //            go back to the waiting queue to recompute input + output; new_token_ratio rises,
 //            then decays back while memory suffices.
 // Finished requests (stop token, stop string, length, abort) give their KV to the prefix cache.
+//
+// Encoder-decoder models (ModelRunner::is_encoder_decoder, Whisper): a request's prefill takes
+// its whole row, [encoder region | prompt + output so far]; the runner runs the encoder on the
+// request's input as part of that forward and stores its cross-attention K/V once in the encoder
+// region. Such a prefill is never chunked and shares nothing (the engine gives these models a
+// ChunkCache); decode steps batch continuously across requests as for decoder-only models, and a
+// retracted request recomputes its encoder on readmission. Requests with logit rules
+// (logit_rules.h) sample on the host.
 #pragma once
 
 #include <deque>
@@ -100,7 +108,12 @@ class Scheduler {
   bool ensure_decode_memory();
   void retract(Req* r);
   void init_next_round_input(Req& r);
-  void timed_forward(mem::ForwardBatch& batch);  // runner_.forward into logits_, timed
+  // Whether `reqs` sample on the host whatever the device: an encoder-decoder model (its logits
+  // come to the host) or a request with logit rules.
+  bool host_sampling(const std::vector<Req*>& reqs) const;
+  // runner_.forward into logits_ (the encoder first on `encoder_inputs`), timed
+  void timed_forward(mem::ForwardBatch& batch,
+                     std::span<const std::span<const float>> encoder_inputs = {});
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
   void timed_forward_greedy(mem::ForwardBatch& batch);
   // Whether batches sample on the device (device platforms): every row's token is drawn there;
@@ -121,6 +134,7 @@ class Scheduler {
   model::ModelRunner& runner_;
   mem::PrefixCache& cache_;
   mem::KvMemory memory_;
+  const bool encoder_decoder_;
   const tokenizer::Tokenizer* tokenizer_;
   SchedulerOptions options_;
   Metrics* metrics_;
@@ -140,6 +154,7 @@ class Scheduler {
   int64_t decode_steps_ = 0;
   SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
+  std::vector<float> ruled_logits_;  // a row with its request's logit rules applied
   std::vector<int32_t> greedy_tokens_;
   // forward_sample's inputs and outputs, reused every step.
   std::vector<ops::SampleRowParams> sample_rows_;

@@ -1,6 +1,11 @@
 #include "kvserve/model/model_runner.h"
 
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include "kvserve/core/logging.h"
 #include "kvserve/core/progress.h"
@@ -8,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "kvserve/mem/common.h"
+#include "kvserve/model/weights.h"
 #include "kvserve/platform/ops/sampling.h"
 
 namespace kvserve::model {
@@ -28,7 +34,57 @@ std::string mib(size_t bytes) {
   return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
 }
 
+// The default number of request rows, and the KV slots a memory fraction buys (capped at
+// `cap_tokens`, what every row filled can use); `tokens` as given when positive.
+int32_t default_rows(const ModelRunnerOptions& o, bool on_cpu) {
+  return o.max_running_requests > 0 ? o.max_running_requests
+         : on_cpu                   ? kCpuDefaultMaxRunning
+                                    : kGpuDefaultMaxRunning;
+}
+
+int64_t kv_tokens(platform::Platform& platform, const ModelRunnerOptions& o,
+                  const mem::KvPoolConfig& pool, int64_t cap_tokens) {
+  if (o.max_total_tokens > 0) return o.max_total_tokens;
+  const bool on_cpu = platform.device().is_cpu();
+  const double fraction = o.mem_fraction_static > 0 ? o.mem_fraction_static
+                          : on_cpu                  ? kCpuDefaultMemFraction
+                                                    : kGpuDefaultMemFraction;
+  size_t budget = static_cast<size_t>(platform.memory_info().free_bytes * fraction);
+  if (o.mem_fraction_static == 0 && on_cpu) budget = std::min(budget, kCpuDefaultKvCap);
+  return std::min<int64_t>(static_cast<int64_t>(budget / pool.bytes_per_token()), cap_tokens);
+}
+
+// What the scheduler and the engine read of a Whisper checkpoint, as a ModelConfig: the decoder's
+// shape, vocabulary and eos ids (generation_config.json's first).
+ModelConfig describe_whisper(const WhisperConfig& c, const WhisperGenerationConfig& g) {
+  ModelConfig m;
+  m.architecture_name = "WhisperForConditionalGeneration";
+  m.model_type = "whisper";
+  m.vocab_size = c.vocab_size;
+  m.hidden_size = c.d_model;
+  m.num_hidden_layers = c.decoder_layers;
+  m.num_attention_heads = c.decoder_attention_heads;
+  m.num_key_value_heads = c.decoder_attention_heads;
+  m.head_dim = c.decoder_head_dim();
+  m.max_position_embeddings = c.max_target_positions;
+  m.tie_word_embeddings = true;
+  m.hidden_act = "gelu";
+  m.eos_token_ids = g.eos_token_ids.empty() ? c.eos_token_ids : g.eos_token_ids;
+  return m;
+}
+
 }  // namespace
+
+bool is_whisper_checkpoint(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  const auto it = j.find("model_type");
+  return it != j.end() && it->is_string() && it->get<std::string>() == "whisper";
+}
 
 ModelRunner::~ModelRunner() {
   graphs_.reset();
@@ -60,7 +116,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     r->stream_ = std::make_unique<platform::Stream>(*r->platform_);
     r->platform_->set_current_stream(r->stream_->handle());
   }
+  if (is_whisper_checkpoint(model_dir)) {
+    KV_RETURN_IF_ERROR(r->load_whisper(model_dir, o));
+    return r;
+  }
   KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
+  r->config_ = config;
   KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(model_dir));
   {
     std::optional<ProgressBar> bar;
@@ -104,20 +165,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
                          .size = 0,
                          .page_size = o.page_size,
                          .dtype = kv_dtype};
-  int64_t tokens = o.max_total_tokens;
-  if (tokens <= 0) {
-    const double fraction = o.mem_fraction_static > 0 ? o.mem_fraction_static
-                            : on_cpu                  ? kCpuDefaultMemFraction
-                                                      : kGpuDefaultMemFraction;
-    size_t budget = static_cast<size_t>(r->platform_->memory_info().free_bytes * fraction);
-    if (o.mem_fraction_static == 0 && on_cpu) budget = std::min(budget, kCpuDefaultKvCap);
-    tokens = static_cast<int64_t>(budget / pool.bytes_per_token());
-    // More slots than every row filled to the context can never be used.
-    const int32_t rows_for_cap = o.max_running_requests > 0 ? o.max_running_requests
-                                 : on_cpu                   ? kCpuDefaultMaxRunning
-                                                            : kGpuDefaultMaxRunning;
-    tokens = std::min<int64_t>(tokens, int64_t{rows_for_cap} * (r->context_len_ + kContextSlack));
-  }
+  const int32_t rows = default_rows(o, on_cpu);
+  // More slots than every row filled to the context can never be used.
+  int64_t tokens =
+      kv_tokens(*r->platform_, o, pool, int64_t{rows} * (r->context_len_ + kContextSlack));
   tokens = mem::floor_align(tokens, o.page_size);
   if (tokens < o.page_size) {
     return out_of_memory("no room for a KV cache: {} tokens ({} per token)", tokens,
@@ -126,9 +177,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   pool.size = tokens;
   KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
   r->allocator_ = mem::make_allocator(tokens, o.page_size);
-  const int32_t rows = o.max_running_requests > 0 ? o.max_running_requests
-                       : on_cpu                   ? kCpuDefaultMaxRunning
-                                                  : kGpuDefaultMaxRunning;
   r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(rows, r->context_len_ + kContextSlack);
   if (!on_cpu) {
     // The device attention backends read rows through this mirror (device_req_to_token.h).
@@ -156,6 +204,131 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   return r;
 }
 
+Status ModelRunner::load_whisper(const std::filesystem::path& dir, const ModelRunnerOptions& o) {
+  const Device device = platform_->device();
+  const bool on_cpu = device.is_cpu();
+  if (o.kv_cache_dtype != "auto") {
+    return invalid_argument(
+        "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
+        o.kv_cache_dtype);
+  }
+  encoder_kv_layout_ = o.encoder_kv_layout;
+  const bool ragged_pages = o.encoder_kv_layout == mem::EncoderKvLayout::kRagged && o.page_size > 1;
+  std::string backend = o.attention_backend;
+  if (backend.empty()) {
+    backend = attention::default_attention_backend(device);
+    if (!on_cpu && ragged_pages) backend = "cuda-ragged";
+  }
+  if (backend == "cuda-paged" && ragged_pages) {
+    return invalid_argument(
+        "--attention-backend cuda-paged reads whole pages, but the ragged encoder KV layout "
+        "starts the decoder region inside a page (page size {}): use cuda-ragged or the aligned "
+        "layout",
+        o.page_size);
+  }
+  KV_ASSIGN_OR_RETURN(const WhisperConfig c, load_whisper_config(dir));
+  KV_ASSIGN_OR_RETURN(whisper_generation_, load_whisper_generation_config(dir));
+  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));
+  KV_ASSIGN_OR_RETURN(whisper_, WhisperModel::load(c, *weights, *platform_));
+  KV_ASSIGN_OR_RETURN(backend_, attention::create_attention_backend(backend, *platform_));
+  config_ = describe_whisper(c, whisper_generation_);
+  // The decoder's limit counts the prompt and every generated token (transformers' max_length).
+  context_len_ = std::min(whisper_generation_.max_length.value_or(c.max_target_positions),
+                          c.max_target_positions);
+
+  // A full row: the encoder region (page-aligned in the aligned layout) and every decoder
+  // position; whole pages, since the allocator hands out pages.
+  const int64_t row_len = encoder_reserved_len(c.max_source_positions) + c.max_target_positions;
+  const mem::KvPoolConfig pool{.num_layers = c.decoder_layers,
+                               .num_kv_heads = c.decoder_attention_heads,
+                               .head_dim = c.decoder_head_dim(),
+                               .size = 0,
+                               .page_size = o.page_size,
+                               .dtype = whisper_->dtype()};
+  const int32_t rows = default_rows(o, on_cpu);
+  int64_t tokens =
+      kv_tokens(*platform_, o, pool, int64_t{rows} * mem::ceil_align(row_len, o.page_size));
+  tokens = mem::floor_align(tokens, o.page_size);
+  if (tokens < o.page_size) {
+    return out_of_memory("no room for a KV cache: {} tokens ({} per token)", tokens,
+                         mib(pool.bytes_per_token()));
+  }
+  mem::KvPoolConfig sized = pool;
+  sized.size = tokens;
+  KV_ASSIGN_OR_RETURN(kv_pool_, mem::MHATokenToKVPool::create(*platform_, sized));
+  allocator_ = mem::make_allocator(tokens, o.page_size);
+  req_to_token_ =
+      std::make_unique<mem::ReqToTokenPool>(rows, static_cast<int32_t>(row_len) + kContextSlack);
+  if (!on_cpu) {
+    // The device attention backends read rows, encoder region included, through this mirror.
+    KV_ASSIGN_OR_RETURN(req_to_token_device_,
+                        mem::DeviceReqToToken::create(*platform_, *req_to_token_));
+  }
+  return Status::ok();
+}
+
+WhisperModel& ModelRunner::whisper_model() {
+  KV_CHECK(whisper_ != nullptr, "not an encoder-decoder model");
+  return *whisper_;
+}
+
+const WhisperConfig& ModelRunner::whisper_config() const {
+  KV_CHECK(whisper_ != nullptr, "not an encoder-decoder model");
+  return whisper_->config();
+}
+
+const WhisperGenerationConfig& ModelRunner::whisper_generation_config() const {
+  KV_CHECK(whisper_ != nullptr, "not an encoder-decoder model");
+  return whisper_generation_;
+}
+
+int32_t ModelRunner::encoder_len() const {
+  return whisper_config().max_source_positions;
+}
+
+int32_t ModelRunner::encoder_reserved_len(int32_t encoder_len) const {
+  return mem::encoder_reserved_len(encoder_len, page_size_, encoder_kv_layout_);
+}
+
+int64_t ModelRunner::encoder_input_size() const {
+  const WhisperConfig& c = whisper_config();
+  return int64_t{c.num_mel_bins} * c.input_frames();
+}
+
+const void* ModelRunner::encode_inputs(const mem::ForwardBatch& batch,
+                                       std::span<const std::span<const float>> inputs) {
+  if (inputs.empty()) return nullptr;
+  const WhisperConfig& c = whisper_->config();
+  const auto n = static_cast<int64_t>(inputs.size());
+  KV_CHECK_EQ(static_cast<int64_t>(batch.encoder_out_cache_loc.size()), n * c.max_source_positions,
+              "encoder inputs and encoder slots disagree");
+  const int64_t rows = n * c.max_source_positions;
+  if (encoder_hidden_.empty() || encoder_hidden_.dim(0) < rows) {
+    encoder_hidden_ = Tensor();
+    auto t = platform_->empty(whisper_->dtype(), {rows, c.d_model});
+    KV_CHECK(t.is_ok(), "encoder outputs: {}", t.status().to_string());
+    encoder_hidden_ = std::move(t).value();
+  }
+  const size_t bytes =
+      static_cast<size_t>(c.max_source_positions) * c.d_model * dtype_size(whisper_->dtype());
+  auto* out = encoder_hidden_.data_as<uint8_t>();
+  std::chrono::steady_clock::time_point start;
+  if (encoder_timing_) {
+    platform_->synchronize();
+    start = std::chrono::steady_clock::now();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const Status s = whisper_->encode(inputs[i], out + i * bytes);
+    KV_CHECK(s.is_ok(), "encoder input {}: {}", i, s.to_string());
+  }
+  if (encoder_timing_) {
+    platform_->synchronize();
+    last_encoder_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return encoder_hidden_.data();
+}
+
 void ModelRunner::prepare(mem::ForwardBatch& batch) {
   batch.req_to_token = req_to_token_.get();
   batch.req_to_token_device = req_to_token_device_.get();
@@ -171,7 +344,14 @@ bool ModelRunner::use_graph(mem::ForwardBatch& batch) {
   return true;
 }
 
-void ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) {
+void ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+                          std::span<const std::span<const float>> encoder_inputs) {
+  if (whisper_ != nullptr) {
+    prepare(batch);
+    const void* hidden = encode_inputs(batch, encoder_inputs);
+    whisper_->forward(batch, *backend_, logits, hidden);
+    return;
+  }
   if (use_graph(batch)) {
     graphs_->replay(batch, &logits, nullptr);
     return;
@@ -181,6 +361,16 @@ void ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) 
 }
 
 void ModelRunner::forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) {
+  if (whisper_ != nullptr) {  // Whisper's logits come to the host: the argmax is taken there
+    forward(batch, host_logits_);
+    const int64_t vocab = config_.vocab_size;
+    tokens.resize(batch.logits_indices.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const float* row = host_logits_.data() + static_cast<int64_t>(i) * vocab;
+      tokens[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+    return;
+  }
   if (use_graph(batch)) {
     graphs_->replay(batch, nullptr, &tokens);
     return;
@@ -219,7 +409,7 @@ void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs&
   params.rows = rows;
   params.vocab = vocab;
   params.ld = vocab;
-  if (platform_->device().is_cpu()) {
+  if (platform_->device().is_cpu() || whisper_ != nullptr) {  // logits on the host
     forward(batch, host_logits_);
     copy_raw_rows(host_logits_.data(), platform::CopyKind::kHostToHost);
     params.logits = host_logits_.data();
@@ -230,7 +420,7 @@ void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs&
     }
     params.out_tokens = tokens.data();
     params.out_logprobs = logprobs != nullptr ? logprobs->data() : nullptr;
-    ops::sample_rows(*platform_, params);
+    ops::cpu::sample_rows(params);
     return;
   }
   if (rows == 0) {  // a prefill of intermediate chunks only: nothing to sample
@@ -285,6 +475,17 @@ void ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs&
 
 std::string ModelRunner::summary() const {
   const mem::KvPoolConfig& p = kv_pool_->config();
+  if (whisper_ != nullptr) {
+    const WhisperConfig& c = whisper_->config();
+    return fmt::format(
+        "{} {}+{}L/{}H on {}: weights {}; KV cache {} x {} tokens ({}), page size {}, encoder KV "
+        "layout {}; max_running_requests {}, decoder context {}; attention backend {}",
+        config_.architecture_name, c.encoder_layers, c.decoder_layers, c.decoder_attention_heads,
+        platform_->device().to_string(), mib(whisper_->weight_bytes()), dtype_name(p.dtype), p.size,
+        mib(p.bytes_per_token() * (p.size + p.page_size)), p.page_size,
+        mem::encoder_kv_layout_name(encoder_kv_layout_), req_to_token_->size(), context_len_,
+        backend_->name());
+  }
   return fmt::format(
       "{} {} on {}: weights {}; KV cache {} x {} tokens ({}), page size {}; "
       "max_running_requests {}, context {}; attention backend {}{}",

@@ -8,6 +8,14 @@
 // everything on a stream of its own and, unless --disable-cuda-graph, captures the decode graphs
 // (decode_graph_runner.h) once the pools exist. The prefix cache belongs to whoever schedules (it
 // is created on top of these pools).
+//
+// The model is a decoder-only CausalLM or, for a checkpoint whose config.json says model_type
+// "whisper", the encoder-decoder WhisperModel (is_encoder_decoder()): its KV pool holds the
+// decoder's layers in the compute dtype, each request row is [encoder region | decoder region]
+// in the encoder KV layout of the options (mem/encoder_layout.h), and a forward whose batch
+// carries encoder inputs runs the encoder on them first (the encoder is part of the prefill; its
+// cross-attention K/V are stored once, at batch.encoder_out_cache_loc). config() describes either
+// model to the scheduler and the engine (vocabulary, eos, layers).
 #pragma once
 
 #include <filesystem>
@@ -19,10 +27,13 @@
 #include "kvserve/attention/backend.h"
 #include "kvserve/mem/allocator.h"
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/causal_lm.h"
 #include "kvserve/model/decode_graph_runner.h"
+#include "kvserve/model/whisper_config.h"
+#include "kvserve/model/whisper_model.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/ops/sampling_params.h"
 
@@ -48,7 +59,15 @@ struct ModelRunnerOptions {
   // the pool has left after the weights. Tests that hold several CUDA runners at once, or share
   // the GPU with other test processes, set reserve = false or a fixed size.
   platform::DevicePoolOptions device_pool;
+  // Encoder-decoder (Whisper) checkpoints: where each row's decoder region starts (aligned: on a
+  // page boundary; ragged: right after the encoder). With the ragged layout and pages over 1, the
+  // CUDA default backend is cuda-ragged (cuda-paged reads whole pages and is refused).
+  mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;
 };
+
+// True when <dir>/config.json reads and its model_type is "whisper" (ModelRunner then runs a
+// WhisperModel).
+bool is_whisper_checkpoint(const std::filesystem::path& dir);
 
 // Per-logits-row sampling inputs of forward_sample (host memory; ops/sampling_params.h).
 struct SamplingInputs {
@@ -67,7 +86,7 @@ class ModelRunner {
                                                      const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  const ModelConfig& config() const { return model_->config(); }
+  const ModelConfig& config() const { return config_; }
   platform::Platform& platform() { return *platform_; }
   mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
   // Device platforms: the req_to_token mirror the device backends read (null on the CPU).
@@ -80,9 +99,27 @@ class ModelRunner {
   int32_t context_len() const { return context_len_; }
   int32_t max_running_requests() const { return req_to_token_->size(); }
 
+  // Encoder-decoder models (Whisper); the accessors below CHECK that the model is one.
+  bool is_encoder_decoder() const { return whisper_ != nullptr; }
+  WhisperModel& whisper_model();
+  const WhisperConfig& whisper_config() const;
+  const WhisperGenerationConfig& whisper_generation_config() const;
+  mem::EncoderKvLayout encoder_kv_layout() const { return encoder_kv_layout_; }
+  // Positions one encoder output fills (max_source_positions), and the positions the encoder
+  // region of a row takes in this runner's layout (the decoder region starts there).
+  int32_t encoder_len() const;
+  int32_t encoder_reserved_len(int32_t encoder_len) const;
+  // The encoder inputs' expected size (num_mel_bins * input_frames floats).
+  int64_t encoder_input_size() const;
+
   // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab]. A decode
   // batch that fits a captured graph replays it instead (same kernels, padded to the bucket).
-  void forward(mem::ForwardBatch& batch, std::vector<float>& logits);
+  // Encoder-decoder models: the encoder runs first on `encoder_inputs` (host memory; one per
+  // request of batch.encoder_lens > 0 whose encoder K/V this forward stores, in the order of
+  // batch.encoder_out_cache_loc; sizes checked by the caller: encoder_input_size()): the encoder
+  // is the first part of the prefill, its outputs' cross K/V stored by the decoder's forward.
+  void forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+               std::span<const std::span<const float>> encoder_inputs = {});
   // The same, keeping only each row's argmax (computed on the device).
   void forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens);
 
@@ -96,6 +133,12 @@ class ModelRunner {
   void forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
                       std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
                       std::vector<float>* raw_logits = nullptr);
+
+  // Encoder-decoder models, for bench-one-batch: while on, a forward that runs the encoder
+  // synchronizes the device before and after it and records the encoder's seconds
+  // (last_encoder_seconds). Off while serving.
+  void set_encoder_timing(bool on) { encoder_timing_ = on; }
+  double last_encoder_seconds() const { return last_encoder_seconds_; }
 
   // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
   // without them.
@@ -112,12 +155,25 @@ class ModelRunner {
   void prepare(mem::ForwardBatch& batch);
   // Whether `batch` replays a decode graph (pointing it at the pools when it does).
   bool use_graph(mem::ForwardBatch& batch);
+  // Whisper: the model, its KV pool and rows (create() after the platform).
+  Status load_whisper(const std::filesystem::path& model_dir, const ModelRunnerOptions& options);
+  // Whisper: the encoder over `inputs` into encoder_hidden_; null when there are none.
+  const void* encode_inputs(const mem::ForwardBatch& batch,
+                            std::span<const std::span<const float>> inputs);
 
   std::unique_ptr<platform::Platform> platform_;
   // Device platforms: the stream every forward of this runner runs on (the platform's current
   // stream), so that eager forwards and graph replays are ordered and graphs can be captured.
   std::unique_ptr<platform::Stream> stream_;
-  std::unique_ptr<CausalLM> model_;
+  ModelConfig config_;
+  std::unique_ptr<CausalLM> model_;  // decoder-only checkpoints
+  // Encoder-decoder (Whisper) checkpoints, instead of model_.
+  std::unique_ptr<WhisperModel> whisper_;
+  WhisperGenerationConfig whisper_generation_;
+  mem::EncoderKvLayout encoder_kv_layout_ = mem::EncoderKvLayout::kAligned;
+  Tensor encoder_hidden_;  // the encoder outputs of one prefill, grown on demand
+  bool encoder_timing_ = false;
+  double last_encoder_seconds_ = 0;
   std::unique_ptr<mem::ReqToTokenPool> req_to_token_;
   std::unique_ptr<mem::DeviceReqToToken> req_to_token_device_;
   std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;

@@ -34,29 +34,6 @@ class KvRelease {
 
 }  // namespace
 
-Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& c,
-                                            const WhisperGenerationConfig& g,
-                                            const WhisperGenerateOptions& o) {
-  const std::optional<int32_t> start =
-      g.decoder_start_token_id ? g.decoder_start_token_id : c.decoder_start_token_id;
-  if (!start) return invalid_argument("Whisper: no decoder_start_token_id in the configs");
-  std::vector<int32_t> prompt = {*start};
-  if (g.is_multilingual) {
-    const std::optional<int32_t> lang = g.language_id(o.language);
-    if (!lang) {
-      return invalid_argument("Whisper: unknown language '{}' (not in lang_to_id)", o.language);
-    }
-    const std::optional<int32_t> task = g.task_id(o.task);
-    if (!task) return invalid_argument("Whisper: unknown task '{}' (not in task_to_id)", o.task);
-    prompt.push_back(*lang);
-    prompt.push_back(*task);
-  }
-  if (!g.return_timestamps && g.no_timestamps_token_id) {
-    prompt.push_back(*g.no_timestamps_token_id);
-  }
-  return prompt;
-}
-
 int32_t whisper_pick_token(std::span<const float> suppressed_row, float temperature, uint64_t seed,
                            int64_t step) {
   if (temperature <= 0.0f) return argmax(suppressed_row);
@@ -111,7 +88,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
                               r.temperature);
     }
     if (r.prompt.empty()) {
-      KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o));
+      KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o.language, o.task));
     } else {
       results[b].prompt = r.prompt;
     }
@@ -163,7 +140,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   mem::split_encoder_decoder_loc(loc, rows, runner.options().page_size, runner.options().layout,
                                  encoder_loc, decoder_loc);
   mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc,
-                                          runner.req_to_token(), runner.kv_pool());
+                                                    runner.req_to_token(), runner.kv_pool());
   batch.self_kv_start = starts;
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
@@ -211,8 +188,8 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
       step_encoder_lens.push_back(encoder_lens[b]);
     }
     KV_RETURN_IF_ERROR(mem::alloc_for_decode(memory, ptrs, loc));
-    batch =
-        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(), runner.kv_pool());
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(),
+                                    runner.kv_pool());
     batch.self_kv_start = step_starts;
     batch.encoder_lens = step_encoder_lens;
     runner.forward(batch, logits);

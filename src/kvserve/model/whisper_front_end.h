@@ -1,11 +1,9 @@
-// The per-file speech-to-text pipeline shared by `kvserve transcribe` and the transcription
-// server: a Whisper checkpoint loaded with its tokenizer and feature extractor; audio (a file or
-// the bytes of an upload) -> decode (at most one window: long-form chunking is not supported yet)
-// -> the extractor's rate -> log-mel features; generated tokens -> text.
-//
-// `prepare_*`, `check_language_and_task` and `text` only read state and may run on any thread
-// (LogMelExtractor::compute and Tokenizer::decode are safe concurrently); the runner is for one
-// thread at a time (the server gives it to its worker thread).
+// WhisperFrontEnd: the per-request work around a Whisper model, shared by `kvserve transcribe`
+// and the transcription server (both decode through the engine): audio (a file or the bytes of an
+// upload) -> decode (at most one window: long-form chunking is not supported yet) -> the
+// extractor's rate -> log-mel features; language and task -> the decoder prompt (forced ids);
+// generated tokens -> text. Reads only immutable state: safe on any thread
+// (LogMelExtractor::compute and Tokenizer::decode are safe concurrently).
 #pragma once
 
 #include <cstdint>
@@ -20,8 +18,7 @@
 #include "kvserve/audio/audio_file.h"
 #include "kvserve/audio/log_mel.h"
 #include "kvserve/core/status.h"
-#include "kvserve/model/whisper_generate.h"
-#include "kvserve/model/whisper_runner.h"
+#include "kvserve/model/whisper_config.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::model {
@@ -32,18 +29,25 @@ struct PreparedAudio {
   std::vector<float> features;  // [num_mel_bins, input_frames()] row-major
 };
 
-// True when <dir>/config.json reads and its model_type is "whisper".
-bool is_whisper_checkpoint(const std::filesystem::path& dir);
+// The decoder prompt, as transformers' WhisperForConditionalGeneration.generate builds it for
+// short-form audio: <|startoftranscript|> [<|lang|> <|task|> if multilingual]
+// [<|notimestamps|> unless return_timestamps]. kInvalidArgument for an unknown language or task,
+// or configs without a decoder start token.
+Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& config,
+                                            const WhisperGenerationConfig& generation,
+                                            std::string_view language = "en",
+                                            std::string_view task = "transcribe");
 
-class WhisperTranscriber {
+class WhisperFrontEnd {
  public:
-  // The runner, the tokenizer, and the feature extractor from preprocessor_config.json (Whisper's
-  // defaults without one), checked against config.json.
-  static Result<std::unique_ptr<WhisperTranscriber>> load(const std::filesystem::path& dir,
-                                                          const WhisperRunnerOptions& options);
+  // The tokenizer, and the feature extractor from preprocessor_config.json (Whisper's defaults
+  // without one), checked against `config` (the checkpoint's config.json).
+  static Result<std::unique_ptr<WhisperFrontEnd>> load(const std::filesystem::path& dir,
+                                                       const WhisperConfig& config,
+                                                       const WhisperGenerationConfig& generation);
 
-  WhisperRunner& runner() { return *runner_; }
-  const WhisperRunner& runner() const { return *runner_; }
+  const WhisperConfig& config() const { return config_; }
+  const WhisperGenerationConfig& generation_config() const { return generation_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const audio::LogMelExtractor& mel() const { return *mel_; }
   // Seconds of audio one request may hold (the extractor's chunk_length).
@@ -54,6 +58,9 @@ class WhisperTranscriber {
   Status check_language_and_task(const std::string& language, const std::string& task,
                                  std::string_view language_flag = "--language",
                                  std::string_view task_flag = "--task") const;
+  // whisper_prompt with this model's configs.
+  Result<std::vector<int32_t>> prompt(std::string_view language = "en",
+                                      std::string_view task = "transcribe") const;
 
   // Decode, resample and log-mel; errors name the file (`name` for bytes). A clip over
   // max_seconds() is kInvalidArgument saying that long-form transcription is not supported.
@@ -65,10 +72,11 @@ class WhisperTranscriber {
   std::string text(const std::vector<int32_t>& tokens) const;
 
  private:
-  WhisperTranscriber() = default;
+  WhisperFrontEnd() = default;
   Result<PreparedAudio> finish(Result<audio::AudioClip> clip, std::string_view name) const;
 
-  std::unique_ptr<WhisperRunner> runner_;
+  WhisperConfig config_;
+  WhisperGenerationConfig generation_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<audio::LogMelExtractor> mel_;
 };
