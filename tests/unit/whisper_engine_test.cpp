@@ -101,7 +101,7 @@ TEST_P(WhisperEngineTokens, SameTokensAsWhisperGenerate) {
   const auto [page_size, layout] = GetParam();
   auto reference_runner = model::testing::make_whisper_runner(model(), page_size, layout);
   ASSERT_NE(reference_runner, nullptr);
-  const model::WhisperConfig& c = reference_runner->config();
+  const model::WhisperConfig c = reference_runner->config();  // a copy: the runner goes
   const uint64_t seed = 20261202;
   std::cout << "[ seed     ] " << seed << std::endl;
   std::mt19937_64 rng(seed);
@@ -168,10 +168,10 @@ INSTANTIATE_TEST_SUITE_P(LayoutsAndPages, WhisperEngineTokens,
                          ::testing::Combine(::testing::Values(1, 4, 16),
                                             ::testing::Values(mem::EncoderKvLayout::kAligned,
                                                               mem::EncoderKvLayout::kRagged)),
-                         [](const auto& info) {
+                         [](const auto& param_info) {
                            return std::string(
-                                      mem::encoder_kv_layout_name(std::get<1>(info.param))) +
-                                  "_page" + std::to_string(std::get<0>(info.param));
+                                      mem::encoder_kv_layout_name(std::get<1>(param_info.param))) +
+                                  "_page" + std::to_string(std::get<0>(param_info.param));
                          });
 
 // Request A decodes alone; B is admitted one step later under the new_token_ratio reservation,
@@ -181,7 +181,7 @@ TEST_F(WhisperEngineTest, RetractedRequestRecomputesItsEncoder) {
   auto reference_runner =
       model::testing::make_whisper_runner(model(), 1, mem::EncoderKvLayout::kAligned);
   ASSERT_NE(reference_runner, nullptr);
-  const model::WhisperConfig& c = reference_runner->config();
+  const model::WhisperConfig c = reference_runner->config();  // a copy: the runner goes
   std::mt19937_64 rng(5);
   std::vector<WhisperRequest> requests(2);
   for (WhisperRequest& r : requests)
