@@ -9,6 +9,7 @@ namespace kvserve::model {
 namespace {
 
 using nlohmann::json;
+using core::JsonFields;
 
 struct ArchitectureInfo {
   std::string_view name;        // "architectures"[0]

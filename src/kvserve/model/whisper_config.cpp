@@ -8,6 +8,7 @@ namespace kvserve::model {
 namespace {
 
 using nlohmann::json;
+using core::JsonFields;
 
 constexpr std::string_view kArchitecture = "WhisperForConditionalGeneration";
 
