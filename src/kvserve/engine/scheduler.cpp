@@ -167,8 +167,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     start += seq - prefix;
   }
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, std::move(loc),
+                                                 runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
   // On a device, when every logits row is a sampled one (no input logprobs), the rows are sampled
   // there and only the tokens come back. sampled_of[i]: request i's row in sampled_ (or -1).
@@ -293,8 +293,8 @@ void Scheduler::run_decode() {
   std::vector<mem::ForwardRequest> fwd;
   for (Req* r : running_)
     fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
+  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(loc),
+                                                 runner_.req_to_token(), runner_.kv_pool());
   // When every request decodes greedily and reads nothing else from its logits, the argmax is
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
@@ -407,6 +407,14 @@ void Scheduler::accept_token(Req& r, std::span<const float> logits) {
 }
 
 void Scheduler::accept_sampled(Req& r, const SampledToken& t) {
+  if (r.sampling.max_new_tokens == 0) {
+    // SGLang's prompt scoring: the prefill ran (for the prompt's logprobs); no token is kept.
+    r.finish = {FinishKind::kLength, -1, "", ""};
+    StreamEvent e;
+    e.input_logprobs = r.input_logprobs;
+    emit(r, std::move(e));
+    return;
+  }
   r.output_ids.push_back(t.token);
   if (r.penalties) r.penalties->add_output(t.token);
   const Clock::time_point now = Clock::now();

@@ -47,4 +47,9 @@ std::string openai_stream_end(const Job& job, bool include_usage, const std::str
 
 std::string new_id(const char* prefix);
 
+// The raw bytes a token stands for (OpenAI's logprob "bytes"): its decoded text, or, when that
+// is not UTF-8 on its own (a byte-level or byte-fallback token holding part of a character), the
+// bytes of its vocabulary entry. Without a tokenizer: the id as text.
+std::string token_bytes(const tokenizer::Tokenizer* tok, int32_t id);
+
 }  // namespace kvserve::server
