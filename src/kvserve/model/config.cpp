@@ -8,6 +8,7 @@
 namespace kvserve::model {
 namespace {
 
+using core::JsonFields;
 using nlohmann::json;
 using core::JsonFields;
 

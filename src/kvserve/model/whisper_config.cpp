@@ -7,6 +7,7 @@
 namespace kvserve::model {
 namespace {
 
+using core::JsonFields;
 using nlohmann::json;
 using core::JsonFields;
 
