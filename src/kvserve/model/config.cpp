@@ -10,7 +10,6 @@ namespace {
 
 using core::JsonFields;
 using nlohmann::json;
-using core::JsonFields;
 
 struct ArchitectureInfo {
   std::string_view name;        // "architectures"[0]

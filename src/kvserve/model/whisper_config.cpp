@@ -9,7 +9,6 @@ namespace {
 
 using core::JsonFields;
 using nlohmann::json;
-using core::JsonFields;
 
 constexpr std::string_view kArchitecture = "WhisperForConditionalGeneration";
 

@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "kvserve/core/logging.h"
@@ -46,21 +47,26 @@ class ConnectionThreads final : public httplib::TaskQueue {
     if (busy_ >= max_) {
       if (rejecting_ >= kMaxRejecting) {
         lock.unlock();
-        tls_mode = Mode::kDrop;
-        fn();
-        tls_mode = Mode::kServe;
+        drop(fn);
         return;
       }
       ++rejecting_;
       ++threads_;
-      std::thread([this, fn = std::move(fn)] {
-        tls_mode = Mode::kReject;
-        fn();
-        std::lock_guard<std::mutex> l(mu_);
+      try {
+        std::thread([this, fn] {
+          tls_mode = Mode::kReject;
+          fn();
+          std::lock_guard<std::mutex> l(mu_);
+          --rejecting_;
+          --threads_;
+          done_.notify_all();
+        }).detach();
+      } catch (const std::system_error&) {  // no thread to be had: close the connection
         --rejecting_;
         --threads_;
-        done_.notify_all();
-      }).detach();
+        lock.unlock();
+        drop(fn);
+      }
       return;
     }
     ++busy_;
@@ -71,7 +77,16 @@ class ConnectionThreads final : public httplib::TaskQueue {
       return;
     }
     ++threads_;
-    std::thread([this, fn = std::move(fn)]() mutable { work(std::move(fn)); }).detach();
+    try {
+      std::thread([this, fn]() mutable { work(std::move(fn)); }).detach();
+    } catch (const std::system_error&) {
+      KV_LOG_WARN("cannot start a connection thread ({} running); closing the connection",
+                  threads_ - 1);
+      --busy_;
+      --threads_;
+      lock.unlock();
+      drop(fn);
+    }
   }
 
   void shutdown() override {
@@ -82,6 +97,13 @@ class ConnectionThreads final : public httplib::TaskQueue {
   }
 
  private:
+  // Runs the connection's job on this (the accepting) thread in drop mode: it closes at once.
+  static void drop(const std::function<void()>& fn) {
+    tls_mode = Mode::kDrop;
+    fn();
+    tls_mode = Mode::kServe;
+  }
+
   void work(std::function<void()> fn) {
     while (true) {
       fn();
@@ -362,7 +384,13 @@ void HardenedServer::serve_connection(int fd) {
     ConnectionStream stream(fd, std::move(request), o.write_timeout);
     const bool last = n + 1 == o.max_requests_per_connection || stopped();
     bool closed = false;  // httplib: the client asked to close (or HTTP/1.0 without keep-alive)
-    if (!process_request(stream, last, closed, nullptr) || closed || last) return;
+    bool ok = false;
+    try {  // handlers' exceptions are answered inside; this is for writing the response
+      ok = process_request(stream, last, closed, nullptr);
+    } catch (const std::exception& e) {
+      KV_LOG_ERROR("closing a connection: writing the response failed: {}", e.what());
+    }
+    if (!ok || closed || last) return;
     in.shrink_to_fit();
   }
 }

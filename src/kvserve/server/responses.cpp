@@ -50,7 +50,7 @@ std::string token_bytes(const tokenizer::Tokenizer* tok, int32_t id) {
 }
 
 std::string sse(const ordered_json& j) {
-  return "data: " + j.dump() + "\n\n";
+  return "data: " + j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n\n";
 }
 
 std::string new_id(const char* prefix) {
