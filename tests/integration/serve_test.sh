@@ -123,7 +123,7 @@ raw_request() { # raw_request BYTES: the raw answer of a fresh connection
   timeout 5 cat <&3 || true
   exec 3<&- 3>&-
 }
-answer=$(raw_request 'GET /\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+answer=$(raw_request "GET /\\xff\\xfe HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer $key\\r\\nConnection: close\\r\\n\\r\\n")
 grep -q '^HTTP/1.1 404' <<<"$answer" || fail "raw 0xFF path: $answer"
 status 200 GET /health
 # 100,000 nested objects in "tools" overflowed the stack.
