@@ -60,7 +60,7 @@ TEST(HttpFraming, IncompleteHeadsWaitButAWrongRequestLineDoesNot) {
   EXPECT_EQ(head_status("GET / HTTP/1.1\r\nX: " + std::string(900, 'a')), 0);
   EXPECT_EQ(head_status("GET / HTTP/1.1\r\nX: " + std::string(1100, 'a')), 431);
   EXPECT_EQ(head_status("GET /  HTTP/1.1\r\nHost: x\r\n"), 400);
-  EXPECT_EQ(head_status("\x16\x03\x01\x02\x00\r\n"), 400);  // TLS sent to a plain port
+  EXPECT_EQ(head_status("\x16\x03\x01\x02\x01\r\n"), 400);  // TLS sent to a plain port
 }
 
 TEST(HttpFraming, SmugglingAndMalformedFramingAreRefused) {

@@ -242,8 +242,11 @@ size_t ChunkedDecoder::feed(std::string_view in, std::string& body) {
     switch (state_) {
       case State::kSize: {
         const size_t eol = in.find("\r\n", pos);
-        const std::string_view line =
-            in.substr(pos, eol == std::string_view::npos ? in.npos : eol - pos);
+        std::string_view line = in.substr(pos, eol == std::string_view::npos ? in.npos : eol - pos);
+        // A line still arriving may end with the CR of its CRLF.
+        if (eol == std::string_view::npos && !line.empty() && line.back() == '\r') {
+          line.remove_suffix(1);
+        }
         size_t digits = 0;
         size_t size = 0;
         while (digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits]))) {
