@@ -67,7 +67,7 @@ class ModelRunner {
                                                      const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  const ModelConfig& config() const { return model_->config(); }
+  const checkpoint::ModelConfig& config() const { return model_->config(); }
   platform::Platform& platform() { return *platform_; }
   mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
   // Device platforms: the req_to_token mirror the device backends read (null on the CPU).

@@ -34,8 +34,8 @@ class KvRelease {
 
 }  // namespace
 
-Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& c,
-                                            const WhisperGenerationConfig& g,
+Result<std::vector<int32_t>> whisper_prompt(const checkpoint::WhisperConfig& c,
+                                            const checkpoint::WhisperGenerationConfig& g,
                                             const WhisperGenerateOptions& o) {
   const std::optional<int32_t> start =
       g.decoder_start_token_id ? g.decoder_start_token_id : c.decoder_start_token_id;
@@ -64,7 +64,7 @@ int32_t whisper_pick_token(std::span<const float> suppressed_row, float temperat
                               {.temperature = temperature, .seed = seed, .step = step});
 }
 
-void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step,
+void apply_whisper_suppression(const checkpoint::WhisperGenerationConfig& g, bool first_step,
                                std::span<float> logits) {
   const auto suppress = [&](const std::vector<int32_t>& ids) {
     for (const int32_t id : ids) {
@@ -80,8 +80,8 @@ void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step
 Result<std::vector<WhisperGenerateResult>> whisper_generate(
     WhisperRunner& runner, std::span<const WhisperRequest> requests,
     const WhisperGenerateOptions& o) {
-  const WhisperConfig& c = runner.config();
-  const WhisperGenerationConfig& g = runner.generation_config();
+  const checkpoint::WhisperConfig& c = runner.config();
+  const checkpoint::WhisperGenerationConfig& g = runner.generation_config();
   const auto bs = static_cast<int32_t>(requests.size());
   std::vector<WhisperGenerateResult> results(bs);
   if (bs == 0) return results;
@@ -163,7 +163,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   mem::split_encoder_decoder_loc(loc, rows, runner.options().page_size, runner.options().layout,
                                  encoder_loc, decoder_loc);
   mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc,
-                                          runner.req_to_token(), runner.kv_pool());
+                                                    runner.req_to_token(), runner.kv_pool());
   batch.self_kv_start = starts;
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
@@ -211,8 +211,8 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
       step_encoder_lens.push_back(encoder_lens[b]);
     }
     KV_RETURN_IF_ERROR(mem::alloc_for_decode(memory, ptrs, loc));
-    batch =
-        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(), runner.kv_pool());
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(),
+                                    runner.kv_pool());
     batch.self_kv_start = step_starts;
     batch.encoder_lens = step_encoder_lens;
     runner.forward(batch, logits);
