@@ -187,10 +187,12 @@ void answer_and_close(int fd, int status, const std::string& message, millisecon
       status, reason_phrase(status), body.size(), extra_headers, body);
   if (!write_all(fd, response, write_timeout)) return;
   ::shutdown(fd, SHUT_WR);
-  const Clock::time_point deadline = Clock::now() + milliseconds(500);
-  char buf[4096];
+  // Clients that send the whole body before reading (httplib's) still get the answer: up to
+  // 64 MiB or 2 s of what they send is read and dropped before closing.
+  const Clock::time_point deadline = Clock::now() + milliseconds(2000);
+  char buf[16384];
   size_t drained = 0;
-  while (drained < (size_t{1} << 20)) {
+  while (drained < (size_t{64} << 20)) {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, remaining_ms(deadline)) <= 0) break;
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
