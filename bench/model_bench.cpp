@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <random>
 
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/host_kv_memory.h"
-#include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 
 namespace kvserve {
@@ -37,10 +37,10 @@ std::filesystem::path bench_model() {
   static const std::filesystem::path tiny = [] {
     const auto dir = std::filesystem::temp_directory_path() / "kvserve-bench-tiny";
     std::filesystem::remove_all(dir);
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir;
-    if (!model::make_model(o).is_ok()) std::abort();
+    if (!makemodel::make_model(o).is_ok()) std::abort();
     return dir;
   }();
   return tiny;
@@ -61,7 +61,7 @@ void BM_Decode(benchmark::State& state) {
   model::ModelRunner& r = **created;
   mem::HostKvMemory host(r.kv_shape(), mem::PrefixCacheKind::kChunk);
   const mem::KvMemory memory = host.view();
-  const model::ModelConfig& c = r.config();
+  const checkpoint::ModelConfig& c = r.config();
   constexpr int32_t kPrompt = 128;
   std::mt19937 rng(1);
   std::vector<mem::KvReqState> kv(bs);

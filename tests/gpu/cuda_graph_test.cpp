@@ -23,10 +23,10 @@
 #include <numeric>
 #include <random>
 
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/platform.h"
@@ -69,12 +69,12 @@ using test_support::LogitsAgreement;
 
 fs::path make_random_model() {
   const fs::path path = fs::temp_directory_path() / "kvserve-gpu-cuda-graph-test-qwen";
-  model::MakeModelOptions o;
+  makemodel::MakeModelOptions o;
   o.preset = "qwen2.5-0.5b-shape";
   o.output = path;
   o.seed = 11;
   o.force = true;
-  auto made = model::make_model(o);
+  auto made = makemodel::make_model(o);
   KV_CHECK(made.is_ok(), "{}", made.status().to_string());
   return path;
 }

@@ -23,10 +23,10 @@
 #include <type_traits>
 
 #include "kvserve/engine/generate.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/host_kv_memory.h"
-#include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/platform.h"
 #include "kvserve/tokenizer/tokenizer.h"
@@ -73,12 +73,12 @@ class RandomModelSuite : public testing::TestWithParam<Param> {
     dir_ = new fs::path(fs::temp_directory_path() /
                         (std::is_same_v<Param, int32_t> ? "kvserve-gpu-model-test-qwen"
                                                         : "kvserve-gpu-model-test-qwen-fp8"));
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "qwen2.5-0.5b-shape";
     o.output = *dir_;
     o.seed = 7;
     o.force = true;
-    auto made = model::make_model(o);
+    auto made = makemodel::make_model(o);
     KV_CHECK(made.is_ok(), "{}", made.status().to_string());
   }
   static void TearDownTestSuite() {

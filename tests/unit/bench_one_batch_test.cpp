@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "kvserve/bench/one_batch.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "run_kvserve.h"
 #include "unit/model_test_util.h"
 
@@ -23,10 +23,10 @@ class BenchOneBatch : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new model::testing::TempDir();
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir_->path() / "tiny";
-    ASSERT_TRUE(model::make_model(o).is_ok());
+    ASSERT_TRUE(makemodel::make_model(o).is_ok());
   }
   static void TearDownTestSuite() {
     delete dir_;

@@ -9,12 +9,12 @@
 #include <numeric>
 
 #include "kvserve/attention/cuda_backends.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/forward_batch.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "model_test_util.h"
 
@@ -278,10 +278,10 @@ TEST(DecodeGraphs, TheCpuPlatformHasNone) {
 
   // A CPU runner runs every forward eagerly whatever the flags say.
   model::testing::TempDir dir;
-  MakeModelOptions mo;
+  makemodel::MakeModelOptions mo;
   mo.preset = "tiny";
   mo.output = dir.path() / "tiny";
-  ASSERT_TRUE(make_model(mo).is_ok());
+  ASSERT_TRUE(makemodel::make_model(mo).is_ok());
   ModelRunnerOptions o;
   o.max_total_tokens = 1024;
   o.max_running_requests = 4;

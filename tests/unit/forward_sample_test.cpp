@@ -11,7 +11,7 @@
 
 #include "kvserve/engine/penalties.h"
 #include "kvserve/engine/sampler.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "support/model_session.h"
 #include "unit/model_test_util.h"
@@ -21,10 +21,10 @@ namespace {
 
 TEST(ForwardSample, CpuEqualsForwardThenHostSampler) {
   testing::TempDir dir;
-  MakeModelOptions mo;
+  makemodel::MakeModelOptions mo;
   mo.preset = "tiny";
   mo.output = dir.path() / "tiny";
-  ASSERT_TRUE(make_model(mo).is_ok());
+  ASSERT_TRUE(makemodel::make_model(mo).is_ok());
   ModelRunnerOptions o;
   o.max_total_tokens = 2048;
   o.max_running_requests = 8;

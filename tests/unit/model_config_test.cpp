@@ -6,16 +6,16 @@
 #include <initializer_list>
 #include <string>
 
-#include "kvserve/model/config.h"
+#include "kvserve/checkpoint/config.h"
 #include "model_test_util.h"
 
-namespace kvserve::model {
+namespace kvserve::checkpoint {
 namespace {
 
+using model::testing::fixtures_dir;
+using model::testing::TempDir;
+using model::testing::write_file;
 using nlohmann::json;
-using testing::fixtures_dir;
-using testing::TempDir;
-using testing::write_file;
 
 std::filesystem::path config_fixture(const std::string& name) {
   return fixtures_dir() / "model_configs" / name;
@@ -441,4 +441,4 @@ TEST(GenerationConfig, ErrorsNameFileAndField) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::checkpoint

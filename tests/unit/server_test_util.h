@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "kvserve/engine/engine.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/server/http_server.h"
 #include "unit/model_test_util.h"
 
@@ -22,11 +22,11 @@ using json = nlohmann::json;
 inline const std::filesystem::path& tiny_model() {
   static model::testing::TempDir dir;
   static const std::filesystem::path path = [] {
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir.path() / "tiny";
     o.seed = 3;
-    EXPECT_TRUE(model::make_model(o).is_ok());
+    EXPECT_TRUE(makemodel::make_model(o).is_ok());
     return o.output;
   }();
   return path;

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "kvserve/bench/whisper_one_batch.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/model/whisper_runner.h"
 #include "run_kvserve.h"
@@ -43,10 +43,10 @@ class WhisperOneBatch : public testing::Test {
   static void SetUpTestSuite() {
     dir_ = new model::testing::TempDir();
     for (const char* preset : {"whisper-test", "tiny"}) {
-      model::MakeModelOptions o;
+      makemodel::MakeModelOptions o;
       o.preset = preset;
       o.output = dir_->path() / preset;
-      ASSERT_TRUE(model::make_model(o).is_ok()) << preset;
+      ASSERT_TRUE(makemodel::make_model(o).is_ok()) << preset;
     }
   }
   static void TearDownTestSuite() {

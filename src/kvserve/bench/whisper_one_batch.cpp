@@ -62,7 +62,7 @@ nlohmann::json WhisperOneBatchResult::to_json() const {
 
 WhisperLayoutAccounting whisper_layout_accounting(model::WhisperRunner& runner,
                                                   int32_t batch_size) {
-  const model::WhisperConfig& c = runner.config();
+  const checkpoint::WhisperConfig& c = runner.config();
   const model::WhisperRunnerOptions& o = runner.options();
   const mem::KvPoolConfig& pool = runner.kv_pool().config();
   WhisperLayoutAccounting a;
@@ -86,7 +86,7 @@ WhisperLayoutAccounting whisper_layout_accounting(model::WhisperRunner& runner,
 Result<std::vector<model::WhisperRequest>> whisper_one_batch_requests(
     const model::WhisperRunner& runner, int32_t batch_size, int32_t decoder_input_len,
     uint64_t seed) {
-  const model::WhisperConfig& c = runner.config();
+  const checkpoint::WhisperConfig& c = runner.config();
   KV_ASSIGN_OR_RETURN(const std::vector<int32_t> sot,
                       model::whisper_prompt(c, runner.generation_config(), {}));
   std::vector<int32_t> prompt;  // empty: whisper_generate uses the transcriber's prompt

@@ -94,7 +94,7 @@ int run_bench_one_batch_whisper(const BenchOneBatchArgs& a) {
   auto runner = model::WhisperRunner::create(a.model_path, wo);
   if (!runner.is_ok()) return fail(runner.status());
   model::WhisperRunner& w = **runner;
-  const model::WhisperConfig& c = w.config();
+  const checkpoint::WhisperConfig& c = w.config();
   const model::WhisperRunnerOptions& ro = w.options();
   fmt::print(
       "Whisper: {}+{} layers, d_model {}, encoder_len {}, on {}; page size {}, {} encoder KV "

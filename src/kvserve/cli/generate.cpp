@@ -78,7 +78,7 @@ int run_generate(GenerateOptions o) {
   } else if (!o.prompts.empty()) {
     return fail(t.status());
   }
-  auto gen_config = model::load_generation_config(o.model_path);
+  auto gen_config = checkpoint::load_generation_config(o.model_path);
   if (!gen_config.is_ok()) return fail(gen_config.status());
 
   engine::SamplingParams sp;

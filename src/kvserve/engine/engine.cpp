@@ -44,7 +44,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   }
   KV_ASSIGN_OR_RETURN(e->runner_, model::ModelRunner::create(options.model_path, options.runner));
   e->config_ = e->runner_->config();
-  KV_ASSIGN_OR_RETURN(e->generation_config_, model::load_generation_config(options.model_path));
+  KV_ASSIGN_OR_RETURN(e->generation_config_,
+                      checkpoint::load_generation_config(options.model_path));
   if (auto tok = tokenizer::Tokenizer::from_directory(options.model_path); tok.is_ok()) {
     e->tokenizer_ = std::move(tok).value();
   } else if (tok.status().code() != StatusCode::kNotFound) {

@@ -15,9 +15,9 @@
 #include <string>
 #include <thread>
 
+#include "kvserve/checkpoint/config.h"
 #include "kvserve/engine/metrics.h"
 #include "kvserve/engine/scheduler.h"
-#include "kvserve/model/config.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
@@ -70,9 +70,9 @@ class Engine {
 
   EngineStatus status() const;
   std::string prometheus_metrics() const;
-  const model::ModelConfig& model_config() const { return config_; }
+  const checkpoint::ModelConfig& model_config() const { return config_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  const model::GenerationConfig& generation_config() const { return generation_config_; }
+  const checkpoint::GenerationConfig& generation_config() const { return generation_config_; }
   const EngineOptions& options() const { return options_; }
   int32_t context_len() const { return context_len_; }
   int64_t max_total_tokens() const { return max_total_tokens_; }
@@ -85,8 +85,8 @@ class Engine {
   void loop();
 
   EngineOptions options_;
-  model::ModelConfig config_;
-  model::GenerationConfig generation_config_;
+  checkpoint::ModelConfig config_;
+  checkpoint::GenerationConfig generation_config_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -48,7 +48,7 @@ struct CausalLM::Workspace {
     return Status::ok();
   }
 
-  Status reserve(platform::Platform& p, const ModelConfig& c, DType dt, int64_t n) {
+  Status reserve(platform::Platform& p, const checkpoint::ModelConfig& c, DType dt, int64_t n) {
     if (n <= tokens) return Status::ok();
     const int64_t qd = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
     const int64_t kvd = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
@@ -98,7 +98,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // compute dtype on the platform.
 class WeightLoader {
  public:
-  WeightLoader(const WeightStore& store, platform::Platform& p, DType dtype)
+  WeightLoader(const checkpoint::WeightStore& store, platform::Platform& p, DType dtype)
       : store_(store), platform_(p), dtype_(dtype) {}
 
   // One tensor of exactly `shape`.
@@ -116,7 +116,7 @@ class WeightLoader {
     int64_t row = 0;
     std::vector<uint8_t> host;
     for (const std::string& name : names) {
-      KV_ASSIGN_OR_RETURN(WeightView w, store_.get(name));
+      KV_ASSIGN_OR_RETURN(checkpoint::WeightView w, store_.get(name));
       if (!is_floating(w.dtype) || is_float8(w.dtype)) {
         return invalid_argument("{}: tensor {} has dtype {}; expected bf16, f16 or f32", w.file,
                                 name, dtype_name(w.dtype));
@@ -151,7 +151,7 @@ class WeightLoader {
   size_t bytes() const { return bytes_; }
 
  private:
-  const WeightStore& store_;
+  const checkpoint::WeightStore& store_;
   platform::Platform& platform_;
   DType dtype_;
   size_t bytes_ = 0;
@@ -165,7 +165,7 @@ DType compute_dtype_of(const platform::Platform& p) {
 
 }  // namespace
 
-CausalLM::CausalLM(const ModelConfig& config, platform::Platform& platform)
+CausalLM::CausalLM(const checkpoint::ModelConfig& config, platform::Platform& platform)
     : config_(config),
       platform_(platform),
       dtype_(compute_dtype_of(platform)),
@@ -174,7 +174,8 @@ CausalLM::CausalLM(const ModelConfig& config, platform::Platform& platform)
 CausalLM::~CausalLM() = default;
 
 Result<std::unique_ptr<CausalLM>> CausalLM::load(
-    const ModelConfig& c, const WeightStore& weights, platform::Platform& platform,
+    const checkpoint::ModelConfig& c, const checkpoint::WeightStore& weights,
+    platform::Platform& platform,
     const std::function<void(int64_t done, int64_t total)>& on_layer) {
   std::unique_ptr<CausalLM> m(new CausalLM(c, platform));
   WeightLoader loader(weights, platform, m->dtype_);
@@ -236,7 +237,7 @@ mem::DeviceBatchInts CausalLM::upload_eager(const mem::ForwardBatch& batch) {
 
 void CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                    Workspace& w, const mem::DeviceBatchInts& in, float* host_logits) {
-  const ModelConfig& c = config_;
+  const checkpoint::ModelConfig& c = config_;
   const int64_t n = batch.num_tokens();
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   KV_CHECK(n > 0 && n <= w.tokens && (host_logits != nullptr || rows <= w.logit_rows),

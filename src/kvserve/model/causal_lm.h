@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "kvserve/attention/backend.h"
-#include "kvserve/model/config.h"
+#include "kvserve/checkpoint/config.h"
+#include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/forward_batch.h"
-#include "kvserve/model/weights.h"
 
 namespace kvserve::model {
 
@@ -24,11 +24,12 @@ class CausalLM {
   // `on_layer(done, total)` is called after the embeddings and after each layer (total = layers
   // + 1), for a progress bar.
   static Result<std::unique_ptr<CausalLM>> load(
-      const ModelConfig& config, const WeightStore& weights, platform::Platform& platform,
+      const checkpoint::ModelConfig& config, const checkpoint::WeightStore& weights,
+      platform::Platform& platform,
       const std::function<void(int64_t done, int64_t total)>& on_layer = {});
   ~CausalLM();
 
-  const ModelConfig& config() const { return config_; }
+  const checkpoint::ModelConfig& config() const { return config_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
   // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations; f32 accumulation).
@@ -63,7 +64,7 @@ class CausalLM {
  private:
   struct Layer;
   struct Workspace;
-  CausalLM(const ModelConfig& config, platform::Platform& platform);
+  CausalLM(const checkpoint::ModelConfig& config, platform::Platform& platform);
   // Grows the eager workspace for `batch` and uploads its integers (one copy).
   mem::DeviceBatchInts upload_eager(const mem::ForwardBatch& batch);
   // Runs the model in `w` on the integers at `in`; logits go to `host_logits` on the CPU, to the
@@ -71,7 +72,7 @@ class CausalLM {
   void run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
            const mem::DeviceBatchInts& in, float* host_logits);
 
-  ModelConfig config_;
+  checkpoint::ModelConfig config_;
   platform::Platform& platform_;
   Tensor embed_tokens_;  // [vocab, hidden]
   Tensor lm_head_;       // [vocab, hidden]; empty when tied to embed_tokens_

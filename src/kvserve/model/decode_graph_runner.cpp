@@ -99,7 +99,7 @@ Status DecodeGraphRunner::capture_all(mem::DeviceReqToToken* req_to_token_device
   const int32_t largest = sizes_.back();
 
   // A request has at most a row's positions, and never more than the pool's slots.
-  const ModelConfig& c = model_.config();
+  const checkpoint::ModelConfig& c = model_.config();
   const mem::KvPoolConfig& pool = kv_pool.config();
   const attention::DecodeGraphShape shape{.max_bs = largest,
                                           .max_kv_len = static_cast<int32_t>(std::min<int64_t>(

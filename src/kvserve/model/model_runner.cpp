@@ -60,8 +60,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     r->stream_ = std::make_unique<platform::Stream>(*r->platform_);
     r->platform_->set_current_stream(r->stream_->handle());
   }
-  KV_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
-  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(model_dir));
+  KV_ASSIGN_OR_RETURN(const checkpoint::ModelConfig config,
+                      checkpoint::load_model_config(model_dir));
+  KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(model_dir));
   {
     std::optional<ProgressBar> bar;
     std::function<void(int64_t, int64_t)> on_layer;

@@ -57,7 +57,7 @@ class ModelRunner final : public BatchRunner {
                                                      const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  const ModelConfig& config() const { return model_->config(); }
+  const checkpoint::ModelConfig& config() const { return model_->config(); }
   platform::Platform& platform() { return *platform_; }
   // Device platforms: the req_to_token mirror the device backends read (null on the CPU).
   mem::DeviceReqToToken* req_to_token_device() { return req_to_token_device_.get(); }

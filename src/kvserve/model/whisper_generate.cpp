@@ -35,8 +35,8 @@ class KvRelease {
 
 }  // namespace
 
-Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& c,
-                                            const WhisperGenerationConfig& g,
+Result<std::vector<int32_t>> whisper_prompt(const checkpoint::WhisperConfig& c,
+                                            const checkpoint::WhisperGenerationConfig& g,
                                             const WhisperGenerateOptions& o) {
   const std::optional<int32_t> start =
       g.decoder_start_token_id ? g.decoder_start_token_id : c.decoder_start_token_id;
@@ -65,7 +65,7 @@ int32_t whisper_pick_token(std::span<const float> suppressed_row, float temperat
                               {.temperature = temperature, .seed = seed, .step = step});
 }
 
-void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step,
+void apply_whisper_suppression(const checkpoint::WhisperGenerationConfig& g, bool first_step,
                                std::span<float> logits) {
   const auto suppress = [&](const std::vector<int32_t>& ids) {
     for (const int32_t id : ids) {
@@ -81,8 +81,8 @@ void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step
 Result<std::vector<WhisperGenerateResult>> whisper_generate(
     WhisperRunner& runner, std::span<const WhisperRequest> requests,
     const WhisperGenerateOptions& o) {
-  const WhisperConfig& c = runner.config();
-  const WhisperGenerationConfig& g = runner.generation_config();
+  const checkpoint::WhisperConfig& c = runner.config();
+  const checkpoint::WhisperGenerationConfig& g = runner.generation_config();
   const auto bs = static_cast<int32_t>(requests.size());
   std::vector<WhisperGenerateResult> results(bs);
   if (bs == 0) return results;

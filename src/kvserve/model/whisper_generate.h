@@ -51,14 +51,14 @@ struct WhisperGenerateResult {
 };
 
 // kInvalidArgument for an unknown language or task, or a config without a decoder start token.
-Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& config,
-                                            const WhisperGenerationConfig& generation,
+Result<std::vector<int32_t>> whisper_prompt(const checkpoint::WhisperConfig& config,
+                                            const checkpoint::WhisperGenerationConfig& generation,
                                             const WhisperGenerateOptions& options);
 
 // suppress_tokens -> -inf; also begin_suppress_tokens when `first_step`. Ids outside the
 // vocabulary are ignored.
-void apply_whisper_suppression(const WhisperGenerationConfig& generation, bool first_step,
-                               std::span<float> logits);
+void apply_whisper_suppression(const checkpoint::WhisperGenerationConfig& generation,
+                               bool first_step, std::span<float> logits);
 
 // The next token from a suppressed logits row: the argmax (the first on ties, as torch.argmax) at
 // temperature 0, else a draw from softmax(row / temperature) over the whole vocabulary by the host

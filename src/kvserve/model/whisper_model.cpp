@@ -109,7 +109,7 @@ struct Part {
 // compute dtype on the platform, through f32 on the host (exact for every source dtype).
 class Loader {
  public:
-  Loader(const WeightStore& store, platform::Platform& p, DType dtype)
+  Loader(const checkpoint::WeightStore& store, platform::Platform& p, DType dtype)
       : store_(store), platform_(p), dtype_(dtype) {}
 
   // `scale` multiplies every element in f32 (the pre-scaled embedding table).
@@ -132,7 +132,7 @@ class Loader {
         row += part.rows;
         continue;
       }
-      KV_ASSIGN_OR_RETURN(WeightView w, store_.get(part.name));
+      KV_ASSIGN_OR_RETURN(checkpoint::WeightView w, store_.get(part.name));
       if (!is_floating(w.dtype) || is_float8(w.dtype)) {
         return invalid_argument("{}: tensor {} has dtype {}; expected bf16, f16 or f32", w.file,
                                 part.name, dtype_name(w.dtype));
@@ -168,7 +168,7 @@ class Loader {
   size_t bytes() const { return bytes_; }
 
  private:
-  const WeightStore& store_;
+  const checkpoint::WeightStore& store_;
   platform::Platform& platform_;
   DType dtype_;
   std::vector<float> host_;
@@ -186,7 +186,7 @@ constexpr std::array<Projection, 3> kQkvProjections{
 
 }  // namespace
 
-WhisperModel::WhisperModel(const WhisperConfig& config, platform::Platform& platform)
+WhisperModel::WhisperModel(const checkpoint::WhisperConfig& config, platform::Platform& platform)
     : config_(config),
       platform_(platform),
       dtype_(compute_dtype_of(platform)),
@@ -194,8 +194,8 @@ WhisperModel::WhisperModel(const WhisperConfig& config, platform::Platform& plat
 
 WhisperModel::~WhisperModel() = default;
 
-Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
-                                                         const WeightStore& weights,
+Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const checkpoint::WhisperConfig& c,
+                                                         const checkpoint::WeightStore& weights,
                                                          platform::Platform& platform) {
   std::unique_ptr<WhisperModel> m(new WhisperModel(c, platform));
   Loader l(weights, platform, m->dtype_);
@@ -336,7 +336,7 @@ void WhisperModel::feed_forward(const Ffn& ffn, void* delta, void* residual, voi
 void WhisperModel::reserve_encoder() {
   Workspace& w = *ws_;
   if (w.encoder_ready) return;
-  const WhisperConfig& c = config_;
+  const checkpoint::WhisperConfig& c = config_;
   const int64_t frames = c.input_frames();
   const int64_t mels = c.num_mel_bins;
   const int64_t d = c.d_model;
@@ -379,7 +379,7 @@ bool WhisperModel::encoder_attention_on_tensor_cores() const {
 }
 
 Status WhisperModel::encode(std::span<const float> features, void* out) {
-  const WhisperConfig& c = config_;
+  const checkpoint::WhisperConfig& c = config_;
   const int64_t frames = c.input_frames();
   const int64_t mels = c.num_mel_bins;
   if (static_cast<int64_t>(features.size()) != mels * frames) {
@@ -527,7 +527,7 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
 
 void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                            std::vector<float>& logits, const void* encoder_hidden) {
-  const WhisperConfig& c = config_;
+  const checkpoint::WhisperConfig& c = config_;
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
   const int64_t d = c.d_model;

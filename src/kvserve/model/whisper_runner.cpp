@@ -1,7 +1,7 @@
 #include "kvserve/model/whisper_runner.h"
 
+#include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/common.h"
-#include "kvserve/model/weights.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/platform.h"
 
@@ -44,9 +44,9 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
   // Before anything is allocated: weights, KV cache and activations all come from the pool.
   KV_RETURN_IF_ERROR(platform::reserve_device_pool(*r->platform_, o.device_pool));
-  KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
-  KV_ASSIGN_OR_RETURN(r->generation_, load_whisper_generation_config(dir));
-  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));
+  KV_ASSIGN_OR_RETURN(const checkpoint::WhisperConfig config, checkpoint::load_whisper_config(dir));
+  KV_ASSIGN_OR_RETURN(r->generation_, checkpoint::load_whisper_generation_config(dir));
+  KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(dir));
   KV_ASSIGN_OR_RETURN(r->model_, WhisperModel::load(config, *weights, *r->platform_));
   KV_ASSIGN_OR_RETURN(r->backend_, attention::create_attention_backend(backend, *r->platform_));
 

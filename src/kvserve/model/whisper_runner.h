@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvserve/attention/backend.h"
+#include "kvserve/checkpoint/whisper_config.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/allocator.h"
 #include "kvserve/mem/chunk_cache.h"
@@ -20,7 +21,6 @@
 #include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
-#include "kvserve/model/whisper_config.h"
 #include "kvserve/model/whisper_model.h"
 #include "kvserve/platform/device_pool.h"
 
@@ -49,8 +49,8 @@ class WhisperRunner {
                                                        const WhisperRunnerOptions& options);
   ~WhisperRunner();
 
-  const WhisperConfig& config() const { return model_->config(); }
-  const WhisperGenerationConfig& generation_config() const { return generation_; }
+  const checkpoint::WhisperConfig& config() const { return model_->config(); }
+  const checkpoint::WhisperGenerationConfig& generation_config() const { return generation_; }
   const WhisperRunnerOptions& options() const { return options_; }
   WhisperModel& model() { return *model_; }
   platform::Platform& platform() { return *platform_; }
@@ -72,7 +72,7 @@ class WhisperRunner {
   WhisperRunner() = default;
 
   WhisperRunnerOptions options_;
-  WhisperGenerationConfig generation_;
+  checkpoint::WhisperGenerationConfig generation_;
   std::unique_ptr<platform::Platform> platform_;
   std::unique_ptr<WhisperModel> model_;
   std::unique_ptr<mem::ReqToTokenPool> req_to_token_;

@@ -28,7 +28,7 @@ Result<std::unique_ptr<WhisperTranscriber>> WhisperTranscriber::load(
   KV_ASSIGN_OR_RETURN(t->tokenizer_, tokenizer::Tokenizer::from_directory(dir));
 
   // The feature extractor: preprocessor_config.json, or Whisper's defaults without one.
-  const WhisperConfig& c = t->runner_->config();
+  const checkpoint::WhisperConfig& c = t->runner_->config();
   audio::LogMelConfig mel_config;
   mel_config.feature_size = c.num_mel_bins;
   const std::filesystem::path pre = dir / "preprocessor_config.json";
@@ -53,7 +53,7 @@ Status WhisperTranscriber::check_language_and_task(const std::string& language,
                                                    const std::string& task,
                                                    std::string_view language_flag,
                                                    std::string_view task_flag) const {
-  const WhisperGenerationConfig& g = runner_->generation_config();
+  const checkpoint::WhisperGenerationConfig& g = runner_->generation_config();
   if (g.is_multilingual) {
     if (!g.language_id(language)) {
       return invalid_argument("{}: unknown language '{}' (not in the model's lang_to_id)",

@@ -402,7 +402,7 @@ Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLi
   return req;
 }
 
-engine::SamplingParams model_sampling_defaults(const model::GenerationConfig& g) {
+engine::SamplingParams model_sampling_defaults(const checkpoint::GenerationConfig& g) {
   engine::SamplingParams sp;
   if (g.temperature) sp.temperature = static_cast<float>(*g.temperature);
   if (g.top_p) sp.top_p = static_cast<float>(*g.top_p);

@@ -10,8 +10,8 @@
 #include <variant>
 #include <vector>
 
+#include "kvserve/checkpoint/config.h"
 #include "kvserve/engine/sampling_params.h"
-#include "kvserve/model/config.h"
 #include "kvserve/server/errors.h"
 #include "kvserve/tokenizer/chat_template.h"
 #include "kvserve/tokenizer/tokenizer.h"
@@ -31,7 +31,7 @@ struct ModelLimits {
 
 // SGLang's --sampling-defaults model: temperature, top_p, top_k, min_p and repetition_penalty
 // from generation_config.json where it sets them (do_sample is not consulted, as in SGLang).
-engine::SamplingParams model_sampling_defaults(const model::GenerationConfig& g);
+engine::SamplingParams model_sampling_defaults(const checkpoint::GenerationConfig& g);
 
 // One engine submission.
 struct GenerationSpec {

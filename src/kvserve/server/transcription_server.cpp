@@ -177,7 +177,7 @@ void TranscriptionServer::install_routes() {
   auto server_info = [this](const httplib::Request&, httplib::Response& res) {
     const TranscriptionStats st = service_.stats();
     const TranscriptionServiceOptions& o = service_.options();
-    const model::WhisperConfig& c = service_.transcriber().runner().config();
+    const checkpoint::WhisperConfig& c = service_.transcriber().runner().config();
     const model::WhisperRunnerOptions& ro = service_.transcriber().runner().options();
     send_json(res,
               {{"version", kVersion},
