@@ -13,7 +13,7 @@
 
 #include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
-#include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/model_runner.h"
 
 namespace kvserve {
@@ -59,8 +59,8 @@ void BM_Decode(benchmark::State& state) {
     return;
   }
   model::ModelRunner& r = **created;
-  mem::ChunkCache cache(r.req_to_token(), r.allocator());
-  const mem::KvMemory memory{r.req_to_token(), r.allocator(), cache};
+  mem::HostKvMemory host(r.kv_shape(), mem::PrefixCacheKind::kChunk);
+  const mem::KvMemory memory = host.view();
   const checkpoint::ModelConfig& c = r.config();
   constexpr int32_t kPrompt = 128;
   std::mt19937 rng(1);
@@ -79,25 +79,24 @@ void BM_Decode(benchmark::State& state) {
     fwd.push_back({kv[b].row, 0, ids});
   }
   std::vector<float> logits;
-  auto prefill =
-      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, r.req_to_token(), r.kv_pool());
+  auto prefill = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, host.req_to_token());
   if (!r.forward(prefill, logits).is_ok()) std::abort();
   for (auto _ : state) {
-    const mem::AllocatorState saved = r.allocator().backup_state();
+    const mem::AllocatorState saved = host.allocator().backup_state();
     std::vector<int32_t> dloc;
     if (!mem::alloc_for_decode(memory, ptrs, dloc).is_ok()) std::abort();
     std::vector<mem::ForwardRequest> step;
     for (int32_t b = 0; b < bs; ++b)
       step.push_back({kv[b].row, kPrompt, {b + 1}});
-    auto batch = mem::make_forward_batch(mem::ForwardMode::kDecode, step, dloc, r.req_to_token(),
-                                         r.kv_pool());
+    auto batch =
+        mem::make_forward_batch(mem::ForwardMode::kDecode, step, dloc, host.req_to_token());
     if (!r.forward(batch, logits).is_ok()) std::abort();
     benchmark::DoNotOptimize(logits.data());
     for (auto& k : kv) {
       --k.kv_allocated_len;
       --k.kv_committed_len;
     }
-    r.allocator().restore_state(saved);
+    host.allocator().restore_state(saved);
   }
   // Matrix FLOPs of one token: every linear layer plus the LM head (2 per weight).
   const double h = c.hidden_size, inter = c.intermediate_size, layers = c.num_hidden_layers;

@@ -26,6 +26,7 @@
 #include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/platform.h"
 #include "kvserve/tokenizer/tokenizer.h"
@@ -276,8 +277,8 @@ TEST(DemoModelGpuTest, GreedyTokensEqualTheCpus) {
       r.sampling.top_logprobs_num = 5;
       reqs.push_back(std::move(r));
     }
-    mem::ChunkCache cc(cpu->req_to_token(), cpu->allocator());
-    mem::ChunkCache cg(gpu->req_to_token(), gpu->allocator());
+    mem::HostKvMemory cc(cpu->kv_shape(), mem::PrefixCacheKind::kChunk);
+    mem::HostKvMemory cg(gpu->kv_shape(), mem::PrefixCacheKind::kChunk);
     auto out_cpu = engine::generate(*cpu, cc, reqs);
     auto out_gpu = engine::generate(*gpu, cg, reqs);
     ASSERT_TRUE(out_cpu.is_ok()) << out_cpu.status().to_string();

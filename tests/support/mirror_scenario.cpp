@@ -102,8 +102,8 @@ class Scenario {
                      std::vector<int32_t>(reqs[i]->tokens.begin() + prefix,
                                           reqs[i]->tokens.begin() + seq_lens[i])});
     }
-    mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows_, *pool_);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows_);
+    batch.kv_pool = pool_.get();
     batch.req_to_token_device = mirror_.get();
     KV_CHECK(backend_->init_forward_metadata(batch).is_ok());
     check(batch, step);
@@ -126,8 +126,8 @@ class Scenario {
     std::vector<mem::ForwardRequest> fwd;
     for (Request* r : reqs)
       fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->tokens.back()}});
-    mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows_, *pool_);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows_);
+    batch.kv_pool = pool_.get();
     batch.req_to_token_device = mirror_.get();
     if (graph && !staging_.empty()) {
       const mem::ForwardBatch padded = model::pad_decode_batch(batch, kGraphBs);
@@ -282,13 +282,13 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
   std::vector<mem::ForwardRequest> fwd;
   for (int32_t b = 0; b < bs; ++b) {
     enc_rows.push_back({states[b].row, encoder_lens[b], prompt_lens[b]});
-    fwd.push_back({states[b].row, 0, std::vector<int32_t>(prompt_lens[b], 7)});
+    fwd.push_back({states[b].row, 0, std::vector<int32_t>(prompt_lens[b], 7), starts[b]});
   }
   std::vector<int32_t> encoder_loc, decoder_loc;
   mem::split_encoder_decoder_loc(loc, enc_rows, page_size, layout, encoder_loc, decoder_loc);
   mem::ForwardBatch batch =
-      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc, rows, *pool);
-  batch.self_kv_start = starts;
+      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc, rows);
+  batch.kv_pool = pool.get();
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
   batch.req_to_token_device = mirror.get();
@@ -300,10 +300,10 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
     KV_CHECK(mem::alloc_for_decode(memory, ptrs, loc).is_ok());
     fwd.clear();
     for (int32_t b = 0; b < bs; ++b) {
-      fwd.push_back({states[b].row, prompt_lens[b] + step, {7}});
+      fwd.push_back({states[b].row, prompt_lens[b] + step, {7}, starts[b]});
     }
-    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows, *pool);
-    batch.self_kv_start = starts;
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows);
+    batch.kv_pool = pool.get();
     batch.encoder_lens = encoder_lens;
     batch.req_to_token_device = mirror.get();
     KV_CHECK(be->init_forward_metadata(batch).is_ok());

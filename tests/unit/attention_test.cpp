@@ -167,8 +167,8 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
   for (size_t b = 0; b < bs; ++b) {
     fwd.push_back({kv[b].row, prefix[b], std::vector<int32_t>(extend[b], 1)});
   }
-  mem::ForwardBatch batch =
-      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows, *pool_);
+  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows);
+  batch.kv_pool = pool_.get();
   const int64_t n = batch.num_tokens();
   std::vector<float> q = random(n * q_row());
   std::vector<float> k(n * kv_row()), v(n * kv_row()), out(n * q_row(), NAN), want(n * q_row());
@@ -193,7 +193,8 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
   fwd.clear();
   for (size_t b = 0; b < bs; ++b)
     fwd.push_back({kv[b].row, seq_lens[b], {1}});
-  batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, dloc, rows, *pool_);
+  batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, dloc, rows);
+  batch.kv_pool = pool_.get();
   q = random(bs * q_row());
   k.assign(bs * kv_row(), 0);
   v.assign(bs * kv_row(), 0);
@@ -241,10 +242,10 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
     mem::split_encoder_decoder_loc(loc, er, ps, layout, enc_loc, dec_loc);
     std::vector<mem::ForwardRequest> fwd;
     for (size_t b = 0; b < bs; ++b)
-      fwd.push_back({kv[b].row, 0, std::vector<int32_t>(dec[b], 1)});
+      fwd.push_back({kv[b].row, 0, std::vector<int32_t>(dec[b], 1), starts[b]});
     mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, dec_loc, rows, *pool_);
-    batch.self_kv_start = starts;
+        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, dec_loc, rows);
+    batch.kv_pool = pool_.get();
     batch.encoder_lens = enc;
     batch.encoder_out_cache_loc = enc_loc;
     const int64_t n = batch.num_tokens();
@@ -271,11 +272,15 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
                               cross, batch)
                     .is_ok());
     expect_close(out, want);
-    // A decode step reads the cached encoder K/V (k = v = null: nothing to store).
+    // A later forward reads the cached encoder K/V (no encoder slots: nothing stored, k and v
+    // not read).
+    mem::ForwardBatch cached = batch;
+    cached.encoder_out_cache_loc.clear();
     out.assign(out.size(), NAN);
+    ASSERT_TRUE(backend_->init_forward_metadata(cached).is_ok());
     ASSERT_TRUE(backend_
                     ->forward({.q = q.data(), .k = nullptr, .v = nullptr, .out = out.data()}, cross,
-                              batch, /*save_kv=*/false)
+                              cached)
                     .is_ok());
     expect_close(out, want);
     for (auto& r : kv)

@@ -87,8 +87,8 @@ struct Pools {
       fwd.push_back({req[b], lens[b] - 1, {static_cast<int32_t>(100 + b)}});
       loc.push_back(rows.at(req[b], lens[b] - 1));
     }
-    mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows, *pool);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows);
+    batch.kv_pool = pool.get();
     batch.req_to_token_device = mirror.get();
     return batch;
   }

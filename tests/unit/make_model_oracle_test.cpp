@@ -9,7 +9,7 @@
 
 #include "kvserve/engine/generate.h"
 #include "kvserve/makemodel/make_model.h"
-#include "kvserve/mem/radix_cache.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "unit/model_test_util.h"
 
@@ -43,7 +43,7 @@ TEST(MakeModelOracle, TinyTokenizerAndGreedyMatchTransformers) {
   ro.max_total_tokens = 1024;
   auto runner = model::ModelRunner::create(o.output, ro);
   ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-  mem::RadixCache cache((*runner)->req_to_token(), (*runner)->allocator());
+  mem::HostKvMemory cache((*runner)->kv_shape());
   engine::SamplingParams sp;
   sp.temperature = 0;
   sp.ignore_eos = true;

@@ -2,9 +2,11 @@
 //
 // A backend is created once per model runner and selected by name (--attention-backend).
 // init_forward_metadata runs once per forward and builds what every layer reads (page tables,
-// CSR indices, cu_seqlens, split decisions); forward_extend / forward_decode run per layer. Every
-// backend stores the layer's new K/V into the pool at out_cache_loc first, then attends over the
-// request's row:
+// CSR indices, cu_seqlens, split decisions); forward_extend / forward_decode run per layer. The
+// layer's new K/V are in the pool before the layer attends, stored on one path the backend fixes
+// for its lifetime (kv_store()): by the backend itself at the start of forward_*, or by the
+// caller before it, through the slots the backend exposes on the device (store_slots(); CausalLM
+// fuses the store into split_qkv_rope). Then every query attends over its request's row:
 //   extend: the token at position p of request b attends to positions [0, p] (causal);
 //   decode: the single token attends to [0, seq_len);
 //   cross-attention (encoder-decoder): every token attends to all encoder positions.
@@ -42,7 +44,8 @@ struct AttentionLayer {
 
 // This forward's activations for one layer, contiguous, token-major. For cross-attention, k and
 // v are the encoder's [encoder tokens, num_kv_heads, head_dim] when they are computed in this
-// forward (stored at batch.encoder_out_cache_loc), or null when they are already cached.
+// forward (stored at batch.encoder_out_cache_loc); when the encoder is already cached
+// (encoder_out_cache_loc empty) nothing is stored and k / v are not read.
 struct AttentionIO {
   const void* q = nullptr;  // [num_tokens, num_heads, head_dim]
   const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] (new tokens)
@@ -61,10 +64,20 @@ struct DecodeGraphShape {
   int32_t head_dim = 0;
 };
 
+// Who stores a layer's new K/V (self-attention at batch.out_cache_loc; cross-attention computed
+// in this forward at batch.encoder_out_cache_loc) into the pool; fixed per backend.
+enum class KvStore {
+  kBackend,  // forward_* stores io.k / io.v before attending (the CPU backends: host slots)
+  kCaller,   // the caller stores them before forward_*, through store_slots() (store_kv below, or
+             // fused into its own kernel); forward_* does not read io.k / io.v
+};
+
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   virtual std::string_view name() const = 0;
+  // The store path, the same for every forward of this backend.
+  virtual KvStore kv_store() const { return KvStore::kBackend; }
 
   virtual Status init_forward_metadata(const mem::ForwardBatch& batch) = 0;
 
@@ -99,22 +112,27 @@ class AttentionBackend {
   // cuda-paged writes each request's new slot into the req_to_token mirror and builds the page
   // lists from it), reading only the staged integers. CausalLM::forward_static calls it.
   virtual void launch_decode_graph_metadata() {}
-  // Where this forward's new-token slots (batch.out_cache_loc) are on the device, valid after
-  // init_forward_metadata* as the layers' kernels read them; null where the backend has none.
-  // A caller that stores K/V there itself (CausalLM fuses the store into split_qkv_rope) passes
-  // null k / v in AttentionIO, and the backend stores nothing.
-  virtual const int32_t* device_out_cache_loc() const { return nullptr; }
+  // KvStore::kCaller: where this forward's store slots are in the platform's memory, valid after
+  // init_forward_metadata* until the next one (a decode graph's at its fixed staging address):
+  // batch.out_cache_loc, or with `cross` batch.encoder_out_cache_loc. Null for kBackend.
+  virtual const int32_t* store_slots(bool /*cross*/) const { return nullptr; }
+  // kOutOfMemory when a device buffer the forward needs cannot grow (nothing usable is written).
   virtual Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                                const mem::ForwardBatch& batch, bool save_kv = true) = 0;
+                                const mem::ForwardBatch& batch) = 0;
   virtual Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                                const mem::ForwardBatch& batch, bool save_kv = true) = 0;
+                                const mem::ForwardBatch& batch) = 0;
 
-  Status forward(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
-                 bool save_kv = true) {
-    return batch.is_decode() ? forward_decode(io, layer, batch, save_kv)
-                             : forward_extend(io, layer, batch, save_kv);
+  Status forward(const AttentionIO& io, const AttentionLayer& layer,
+                 const mem::ForwardBatch& batch) {
+    return batch.is_decode() ? forward_decode(io, layer, batch) : forward_extend(io, layer, batch);
   }
 };
+
+// The caller's side of KvStore::kCaller: stores the layer's io.k / io.v at the backend's
+// store_slots (nothing for KvStore::kBackend, whose forward_* stores them, or when the layer has
+// no new K/V). Callers that do not fuse the store call this before backend.forward.
+void store_kv(const AttentionBackend& backend, const AttentionIO& io, const AttentionLayer& layer,
+              const mem::ForwardBatch& batch);
 
 // The backend of `kind` (capabilities.h: the table of names, devices and what each supports) on
 // `platform`; kUnimplemented for a backend of another device. Whether it can serve a model is
@@ -125,7 +143,8 @@ Result<std::unique_ptr<AttentionBackend>> create_attention_backend(AttentionBack
 Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_view name,
                                                                    platform::Platform& platform);
 
-// Stores the layer's new K/V (what every backend does first).
+// KvStore::kBackend on the CPU: stores the layer's new K/V at the batch's host slots (what the
+// CPU backends do first).
 void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,
                      const mem::ForwardBatch& batch);
 

@@ -40,23 +40,22 @@ class CpuPagedBackend final : public AttentionBackend {
   }
 
   Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                        const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+                        const mem::ForwardBatch& batch) override {
+    run(io, layer, batch);
     return Status::ok();
   }
   Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                        const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+                        const mem::ForwardBatch& batch) override {
+    run(io, layer, batch);
     return Status::ok();
   }
 
  private:
-  void run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
-           bool save_kv) {
+  void run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch) {
     KV_CHECK(io.dtype == DType::kF32, "the CPU backends compute in f32");
     KV_CHECK_EQ(static_cast<int32_t>(token_request_.size()), batch.num_tokens(),
                 "init_forward_metadata was not called for this batch");
-    if (save_kv) save_kv_to_pool(io, layer, batch);
+    save_kv_to_pool(io, layer, batch);
     const mem::KvIndices& idx = layer.is_cross_attention ? cross_ : self_;
     const int32_t heads = layer.num_heads;
     const int32_t kv_heads = layer.num_kv_heads;

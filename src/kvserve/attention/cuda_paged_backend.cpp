@@ -80,7 +80,12 @@ class CudaPagedBackend final : public AttentionBackend {
         repair_(p, "cuda-paged mirror") {}
 
   std::string_view name() const override { return options_.gather ? "cuda-ragged" : "cuda-paged"; }
-  const int32_t* device_out_cache_loc() const override { return meta_.device(loc_); }
+  // The layers' new K/V are stored by the caller, through the slots already on the device
+  // (CausalLM fuses the store into split_qkv_rope; others call attention::store_kv).
+  KvStore kv_store() const override { return KvStore::kCaller; }
+  const int32_t* store_slots(bool cross) const override {
+    return meta_.device(cross ? encoder_loc_ : loc_);
+  }
 
   Status init_forward_metadata(const mem::ForwardBatch& batch) override {
     build(batch, /*graph=*/false);
@@ -151,12 +156,12 @@ class CudaPagedBackend final : public AttentionBackend {
   }
 
   Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                        const mem::ForwardBatch& batch, bool save_kv) override {
-    return run(io, layer, batch, save_kv);
+                        const mem::ForwardBatch& batch) override {
+    return run(io, layer, batch);
   }
   Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                        const mem::ForwardBatch& batch, bool save_kv) override {
-    return run(io, layer, batch, save_kv);
+                        const mem::ForwardBatch& batch) override {
+    return run(io, layer, batch);
   }
 
  private:
@@ -288,8 +293,7 @@ class CudaPagedBackend final : public AttentionBackend {
     return Status::ok();
   }
 
-  Status run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
-             bool save_kv) {
+  Status run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
     const DType kv_dtype = pool.config().dtype;
     KV_CHECK(io.dtype == DType::kBF16 && ops::is_paged_kv_dtype(kv_dtype),
@@ -299,9 +303,6 @@ class CudaPagedBackend final : public AttentionBackend {
     const float k_scale = pool.k_scale(layer.layer_id);
     const float v_scale = pool.v_scale(layer.layer_id);
     const int32_t* meta = meta_.device();
-    if (save_kv) {
-      store_kv_from_device(platform_, io, layer, batch, meta + loc_, meta + encoder_loc_);
-    }
     const QuerySet& qs = layer.is_cross_attention ? cross_ : self_;
     const size_t out_bytes = static_cast<size_t>(batch.num_tokens()) * layer.num_heads *
                              layer.head_dim * dtype_size(io.dtype);

@@ -37,22 +37,49 @@ Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_v
   return create_attention_backend(kind, platform);
 }
 
-void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,
-                     const mem::ForwardBatch& batch) {
-  if (io.k == nullptr) return;  // cross-attention over an already cached encoder
-  const std::vector<int32_t>& slots =
-      layer.is_cross_attention ? batch.encoder_out_cache_loc : batch.out_cache_loc;
-  const auto n = static_cast<int64_t>(slots.size());
-  if (n == 0) return;
+namespace {
+
+// Stores `n` new K/V rows of the layer at `slots` (platform memory).
+void store_rows(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
+                const int32_t* slots, int64_t n) {
   const Device dev = batch.kv_pool->k_buffer(0).device();
-  // The out_cache_loc vector is host memory; on the CPU platform it is also device memory.
-  KV_CHECK(dev.is_cpu(), "save_kv_to_pool: host loc on {}", dev.to_string());
-  const TensorView loc(const_cast<int32_t*>(slots.data()), DType::kI32, {n}, dev);
+  const TensorView loc(const_cast<int32_t*>(slots), DType::kI32, {n}, dev);
   const TensorView k(const_cast<void*>(io.k), io.dtype, {n, layer.num_kv_heads, layer.head_dim},
                      dev);
   const TensorView v(const_cast<void*>(io.v), io.dtype, {n, layer.num_kv_heads, layer.head_dim},
                      dev);
   batch.kv_pool->set_kv_buffer(layer.layer_id, loc, k, v);
+}
+
+// The new K/V rows of the layer in this forward (cross-attention over a cached encoder: none).
+int64_t new_kv_rows(const AttentionLayer& layer, const mem::ForwardBatch& batch) {
+  return static_cast<int64_t>(layer.is_cross_attention ? batch.encoder_out_cache_loc.size()
+                                                       : batch.out_cache_loc.size());
+}
+
+}  // namespace
+
+void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,
+                     const mem::ForwardBatch& batch) {
+  const int64_t n = new_kv_rows(layer, batch);
+  if (n == 0) return;
+  // The out_cache_loc vector is host memory; on the CPU platform it is also device memory.
+  KV_CHECK(batch.kv_pool->k_buffer(0).device().is_cpu(), "save_kv_to_pool: host slots on {}",
+           batch.kv_pool->k_buffer(0).device().to_string());
+  store_rows(
+      io, layer, batch,
+      layer.is_cross_attention ? batch.encoder_out_cache_loc.data() : batch.out_cache_loc.data(),
+      n);
+}
+
+void store_kv(const AttentionBackend& backend, const AttentionIO& io, const AttentionLayer& layer,
+              const mem::ForwardBatch& batch) {
+  if (backend.kv_store() != KvStore::kCaller) return;
+  const int64_t n = new_kv_rows(layer, batch);
+  if (n == 0) return;
+  const int32_t* slots = backend.store_slots(layer.is_cross_attention);
+  KV_CHECK(slots != nullptr, "{} stores through the caller but exposes no slots", backend.name());
+  store_rows(io, layer, batch, slots, n);
 }
 
 }  // namespace kvserve::attention

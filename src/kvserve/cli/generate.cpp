@@ -10,8 +10,7 @@
 #include "kvserve/cli/default_model.h"
 #include "kvserve/cli/runner_options.h"
 #include "kvserve/engine/generate.h"
-#include "kvserve/mem/chunk_cache.h"
-#include "kvserve/mem/radix_cache.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::cli {
@@ -110,14 +109,10 @@ int run_generate(GenerateOptions o) {
   gopt.eos_token_ids = gen_config->eos_token_ids;
   if (gopt.eos_token_ids.empty()) gopt.eos_token_ids = r.config().eos_token_ids;
 
-  std::unique_ptr<mem::PrefixCache> cache;
-  if (o.disable_radix_cache) {
-    cache = std::make_unique<mem::ChunkCache>(r.req_to_token(), r.allocator());
-  } else {
-    cache = std::make_unique<mem::RadixCache>(r.req_to_token(), r.allocator());
-  }
+  mem::HostKvMemory memory(r.kv_shape(), o.disable_radix_cache ? mem::PrefixCacheKind::kChunk
+                                                               : mem::PrefixCacheKind::kRadix);
   const auto t0 = std::chrono::steady_clock::now();
-  auto results = engine::generate(r, *cache, requests, gopt);
+  auto results = engine::generate(r, memory, requests, gopt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!results.is_ok()) return fail(results.status());
 

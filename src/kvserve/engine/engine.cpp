@@ -9,8 +9,7 @@
 #include <random>
 
 #include "kvserve/core/logging.h"
-#include "kvserve/mem/chunk_cache.h"
-#include "kvserve/mem/radix_cache.h"
+#include "kvserve/mem/host_kv_memory.h"
 
 namespace kvserve::engine {
 namespace {
@@ -62,12 +61,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     so.eos_token_ids = {*e->tokenizer_->eos_token_id()};
   }
   model::ModelRunner& r = *e->runner_;
-  if (options.disable_radix_cache) {
-    e->cache_ = std::make_unique<mem::ChunkCache>(r.req_to_token(), r.allocator());
-  } else {
-    e->cache_ = std::make_unique<mem::RadixCache>(r.req_to_token(), r.allocator(), eviction);
-  }
-  e->scheduler_ = std::make_unique<Scheduler>(r, *e->cache_, e->tokenizer_.get(), so, &e->metrics_);
+  // The scheduler owns the host side of the KV memory; the runner its device side.
+  mem::HostKvMemory memory(
+      r.kv_shape(),
+      options.disable_radix_cache ? mem::PrefixCacheKind::kChunk : mem::PrefixCacheKind::kRadix,
+      eviction);
+  e->scheduler_ =
+      std::make_unique<Scheduler>(r, std::move(memory), e->tokenizer_.get(), so, &e->metrics_);
   e->context_len_ = r.context_len();
   e->max_total_tokens_ = r.max_total_tokens();
   e->max_running_requests_ = r.max_running_requests();
@@ -214,7 +214,7 @@ void Engine::loop() {
           break;
         case Command::kFlush:
           if (scheduler_->idle()) {
-            cache_->reset();
+            scheduler_->cache().reset();
             c.done->set_value(Status::ok());
           } else {
             c.done->set_value(unavailable("cannot flush the cache while requests are running"));

@@ -18,6 +18,7 @@
 #include "kvserve/checkpoint/config.h"
 #include "kvserve/engine/metrics.h"
 #include "kvserve/engine/scheduler.h"
+#include "kvserve/model/model_runner.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::engine {
@@ -88,7 +89,6 @@ class Engine {
   checkpoint::GenerationConfig generation_config_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::ModelRunner> runner_;
-  std::unique_ptr<mem::PrefixCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<StreamDispatcher> dispatcher_;  // engine thread -> request streams
   Metrics metrics_;

@@ -8,6 +8,7 @@
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/prefill_adder.h"
 #include "kvserve/engine/sampler.h"
+#include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/mem/common.h"
 #include "kvserve/mem/invariants.h"
 
@@ -34,12 +35,13 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
-Scheduler::Scheduler(model::ModelRunner& runner, mem::PrefixCache& cache,
+Scheduler::Scheduler(model::BatchRunner& runner, mem::HostKvMemory memory,
                      const tokenizer::Tokenizer* tokenizer, const SchedulerOptions& options,
                      Metrics* metrics)
     : runner_(runner),
-      cache_(cache),
-      memory_{runner.req_to_token(), runner.allocator(), cache},
+      kv_(std::move(memory)),
+      cache_(kv_.cache()),
+      memory_(kv_.view()),
       tokenizer_(tokenizer),
       options_(options),
       metrics_(metrics),
@@ -76,7 +78,7 @@ void Scheduler::init_next_round_input(Req& r) {
 }
 
 std::vector<Req*> Scheduler::get_new_batch_prefill() {
-  const int32_t max_running = runner_.max_running_requests();
+  const int32_t max_running = kv_.req_to_token().size();
   if (chunked_ == nullptr &&
       (waiting_.empty() || static_cast<int32_t>(running_.size()) >= max_running)) {
     return {};
@@ -87,7 +89,7 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
   const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0
                                            ? std::optional(options_.chunked_prefill_size)
                                            : std::nullopt;
-  PrefillAdder adder(runner_.page_size(), cache_, runner_.allocator(), reservation,
+  PrefillAdder adder(kv_.shape().page_size, cache_, kv_.allocator(), reservation,
                      options_.max_prefill_tokens, chunk);
   Req* const previous_chunk = chunked_;
   if (previous_chunk != nullptr) adder.add_chunked_req(*previous_chunk);
@@ -122,17 +124,20 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
 }
 
 void Scheduler::run_extend(const std::vector<Req*>& batch) {
-  std::vector<mem::KvReqState*> kvs;
+  std::vector<mem::BatchEntry> entries;
   std::vector<int32_t> seq_lens;
   for (Req* r : batch) {
-    kvs.push_back(&r->kv);
-    seq_lens.push_back(static_cast<int32_t>(r->kv.prefix_indices.size()) + r->extend_input_len);
+    const auto prefix = static_cast<int32_t>(r->kv.prefix_indices.size());
+    const int32_t seq = prefix + r->extend_input_len;
+    seq_lens.push_back(seq);
+    entries.push_back(
+        {&r->kv, std::vector<int32_t>(r->fill_ids.begin() + prefix, r->fill_ids.begin() + seq)});
   }
-  std::vector<int32_t> loc;
-  if (Status s = mem::alloc_for_extend(memory_, kvs, seq_lens, loc); !s.is_ok()) {
+  Result<mem::ForwardBatch> prepared = mem::prepare_extend(memory_, entries);
+  if (!prepared.is_ok()) {
     // The budgets should make this unreachable; put the batch back rather than crash.
     KV_LOG_WARN("prefill of {} requests did not fit after budgeting: {}", batch.size(),
-                s.message());
+                prepared.status().message());
     for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
       Req* r = *it;
       if (r->kv.row == mem::kNoRow) {
@@ -143,19 +148,17 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     return;
   }
+  mem::ForwardBatch fb = std::move(prepared).value();
   ++prefill_batches_;
   // Which rows need logits: input logprobs (positions whose next token is still input) and the
   // last position of a complete prompt (its first sampled token).
-  std::vector<mem::ForwardRequest> fwd;
   std::vector<std::vector<int32_t>> rows_of(batch.size());
   std::vector<int32_t> logits_rows;
   int32_t start = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
-    const auto prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
+    const int32_t prefix = fb.prefix_lens[i];
     const int32_t seq = seq_lens[i];
-    fwd.push_back({r.kv.row, prefix,
-                   std::vector<int32_t>(r.fill_ids.begin() + prefix, r.fill_ids.begin() + seq)});
     for (int32_t p = prefix; p < seq; ++p) {
       const bool input_logprob = r.logprob_start_len >= 0 && p >= r.logprob_start_len &&
                                  p + 1 < r.input_len() && r.output_ids.empty();
@@ -167,8 +170,6 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     start += seq - prefix;
   }
-  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, std::move(loc),
-                                                 runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
   // On a device, when every logits row is a sampled one (no input logprobs), the rows are sampled
   // there and only the tokens come back. sampled_of[i]: request i's row in sampled_ (or -1).
@@ -183,7 +184,7 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
   const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling();
   const Status forwarded = on_device ? timed_forward_sample(fb, sampled_reqs) : timed_forward(fb);
   if (!forwarded.is_ok()) return fail_batch(batch, forwarded);
-  const int32_t vocab = runner_.config().vocab_size;
+  const int32_t vocab = runner_.vocab_size();
   auto row = [&](int32_t k) {
     return std::span<const float>(logits_).subspan(size_t(k) * vocab, vocab);
   };
@@ -234,12 +235,12 @@ bool Scheduler::ensure_decode_memory() {
     std::vector<int32_t> lens;
     for (const Req* r : running_)
       lens.push_back(r->kv.kv_allocated_len + 1);
-    return runner_.allocator().decode_slots_needed(lens);
+    return kv_.allocator().decode_slots_needed(lens);
   };
   mem::evict_from_tree_cache(memory_, needed());
-  if (runner_.allocator().available_size() >= needed()) return true;
+  if (kv_.allocator().available_size() >= needed()) return true;
   // Retract until the step fits: fewest generated tokens first, then the longest prompt.
-  while (running_.size() > 1 && runner_.allocator().available_size() < needed()) {
+  while (running_.size() > 1 && kv_.allocator().available_size() < needed()) {
     Req* victim =
         *std::min_element(running_.begin(), running_.end(), [](const Req* a, const Req* b) {
           return std::pair(a->output_len(), -a->input_len()) <
@@ -260,7 +261,7 @@ bool Scheduler::ensure_decode_memory() {
           static_cast<double>(max_new + 1));
   KV_LOG_INFO("KV cache full: retracted requests; {} still running, new_token_ratio {:.3f}",
               running_.size(), new_token_ratio_);
-  return runner_.allocator().available_size() >= needed();
+  return kv_.allocator().available_size() >= needed();
 }
 
 void Scheduler::run_decode() {
@@ -268,8 +269,8 @@ void Scheduler::run_decode() {
     std::vector<int32_t> lens;
     for (const Req* r : running_)
       lens.push_back(r->kv.kv_allocated_len + 1);
-    const int64_t need = runner_.allocator().decode_slots_needed(lens);
-    return runner_.allocator().available_size() + cache_.evictable_size() >= need;
+    const int64_t need = kv_.allocator().decode_slots_needed(lens);
+    return kv_.allocator().available_size() + cache_.evictable_size() >= need;
   }();
   if (!ensure_decode_memory()) {
     // One request that cannot grow even alone: it was admitted, so this is a bug; fail it.
@@ -280,18 +281,14 @@ void Scheduler::run_decode() {
   }
   if (had_room)
     new_token_ratio_ = std::max(new_token_ratio_ - new_token_ratio_decay_, min_new_token_ratio_);
-  std::vector<mem::KvReqState*> kvs;
+  std::vector<mem::BatchEntry> entries;
   for (Req* r : running_)
-    kvs.push_back(&r->kv);
-  std::vector<int32_t> loc;
-  const Status s = mem::alloc_for_decode(memory_, kvs, loc);
-  KV_CHECK(s.is_ok(), "decode allocation after the memory check: {}", s.to_string());
+    entries.push_back({&r->kv, {r->output_ids.back()}});
+  Result<mem::ForwardBatch> prepared = mem::prepare_decode(memory_, entries);
+  KV_CHECK(prepared.is_ok(), "decode allocation after the memory check: {}",
+           prepared.status().to_string());
+  mem::ForwardBatch fb = std::move(prepared).value();
   ++decode_steps_;
-  std::vector<mem::ForwardRequest> fwd;
-  for (Req* r : running_)
-    fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
-  mem::ForwardBatch fb = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(loc),
-                                                 runner_.req_to_token(), runner_.kv_pool());
   // When every request decodes greedily and reads nothing else from its logits, the argmax is
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
@@ -306,8 +303,8 @@ void Scheduler::run_decode() {
                                            : timed_forward(fb);
   const std::vector<Req*> batch = running_;
   if (!forwarded.is_ok()) return fail_batch(batch, forwarded);
-  const int32_t vocab = runner_.config().vocab_size;
-  runner_.allocator().free_group_begin();
+  const int32_t vocab = runner_.vocab_size();
+  const mem::FreeGroup group(kv_.allocator());  // finished requests' slots freed as one group
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
     if (device_greedy) {
@@ -321,21 +318,19 @@ void Scheduler::run_decode() {
     }
     if (r.finished()) finish_and_release(r);
   }
-  runner_.allocator().free_group_end();
 }
 
 void Scheduler::fail_batch(const std::vector<Req*>& batch, const Status& why) {
   KV_LOG_WARN("the forward of a batch of {} requests failed ({}); failing them, serving on",
               batch.size(), why.to_string());
   ++failed_batches_;
-  runner_.allocator().free_group_begin();
+  const mem::FreeGroup group(kv_.allocator());
   for (Req* r : batch) {
     r->finish = {FinishKind::kError, -1, "",
                  fmt::format("the request's batch could not run: {}", why.message())};
     emit(*r, StreamEvent{});
     finish_and_release(*r);  // its KV slots hold nothing usable: freed, not cached
   }
-  runner_.allocator().free_group_end();
 }
 
 // --- results -------------------------------------------------------------------------------
@@ -359,7 +354,7 @@ Status Scheduler::timed_forward_greedy(mem::ForwardBatch& batch) {
 }
 
 bool Scheduler::device_sampling() const {
-  return !runner_.platform().device().is_cpu();
+  return runner_.samples_on_device();
 }
 
 std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
@@ -404,7 +399,7 @@ Status Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vect
     sampled_[i].token = greedy_tokens_[i];
     if (logprobs) sampled_[i].logprob = sampled_logprobs_[i];
   }
-  const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
+  const auto vocab = static_cast<size_t>(runner_.vocab_size());
   for (size_t j = 0; j < raw_rows_.size(); ++j) {
     const int32_t i = raw_rows_[j];
     fill_logprobs(sampled_[i], std::span<const float>(raw_logits_).subspan(j * vocab, vocab),
@@ -497,10 +492,11 @@ StreamOutputs Scheduler::take_outputs() {
 }
 
 void Scheduler::finish_and_release(Req& r) {
+  // Between steps only a request with a row holds a prefix lock: a waiting request's match
+  // (init_next_round_input) is locked only once PrefillAdder admits it, in the step that
+  // allocates its row.
   if (r.kv.row != mem::kNoRow) {
     mem::release_kv_cache(memory_, r.kv, r.all_ids(), !r.finish.cut_short());
-  } else if (r.kv.last_node != nullptr) {
-    cache_.dec_lock_ref(r.kv.last_node);
   }
   if (metrics_) metrics_->on_finished(seconds(Clock::now() - r.arrival), r.finish.cut_short());
   forget(&r);
@@ -568,6 +564,13 @@ bool Scheduler::step() {
   return true;
 }
 
+Status Scheduler::check_memory_invariants() const {
+  std::vector<const mem::KvReqState*> live;
+  for (const auto& [id, r] : reqs_)
+    live.push_back(&r->kv);
+  return mem::check_memory_invariants(memory_, live);
+}
+
 Status Scheduler::check_idle_invariants() const {
   mem::MemoryReport report;
   KV_RETURN_IF_ERROR(mem::check_memory_invariants(memory_, {}, &report));
@@ -581,8 +584,8 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.running = static_cast<int32_t>(running_.size()) + (chunked_ != nullptr);
   s.waiting = static_cast<int32_t>(waiting_.size());
-  s.total_tokens = runner_.allocator().size();
-  s.available_tokens = runner_.allocator().available_size();
+  s.total_tokens = kv_.allocator().size();
+  s.available_tokens = kv_.allocator().available_size();
   s.evictable_tokens = cache_.evictable_size();
   s.used_tokens = s.total_tokens - s.available_tokens - s.evictable_tokens;
   s.new_token_ratio = new_token_ratio_;

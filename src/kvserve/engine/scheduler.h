@@ -1,4 +1,8 @@
-// Scheduler: continuous batching over one ModelRunner (sglang-notes §5). Engine-thread only.
+// Scheduler: continuous batching over one model runner (sglang-notes §5). Engine-thread only.
+//
+// It owns the host side of the KV memory (mem::HostKvMemory: request-to-token table, slot
+// allocator, prefix cache) and depends on the runner only through model::BatchRunner: it builds
+// each batch (mem/batch_lifecycle.h) and hands it over; nothing downstream writes its tables.
 //
 // Each step either runs a prefill batch (prefill has priority) or one decode step of every
 // running request:
@@ -30,7 +34,8 @@
 #include "kvserve/engine/schedule_policy.h"
 #include "kvserve/engine/stream_dispatcher.h"
 #include "kvserve/mem/allocation.h"
-#include "kvserve/model/model_runner.h"
+#include "kvserve/mem/host_kv_memory.h"
+#include "kvserve/model/batch_runner.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::engine {
@@ -77,7 +82,8 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(model::ModelRunner& runner, mem::PrefixCache& cache,
+  // `memory` is the host side of `runner`'s KV memory (of its shape: ModelRunner::kv_shape).
+  Scheduler(model::BatchRunner& runner, mem::HostKvMemory memory,
             const tokenizer::Tokenizer* tokenizer, const SchedulerOptions& options,
             Metrics* metrics);
   ~Scheduler();
@@ -92,8 +98,11 @@ class Scheduler {
   bool idle() const { return waiting_.empty() && running_.empty() && chunked_ == nullptr; }
   // The memory invariants with no request alive (only meaningful when idle).
   Status check_idle_invariants() const;
+  // The memory invariants over every request alive now (tests run it after every step).
+  Status check_memory_invariants() const;
   SchedulerStats stats() const;
-  mem::PrefixCache& cache() { return cache_; }
+  mem::PrefixCache& cache() { return kv_.cache(); }
+  const mem::HostKvMemory& memory() const { return kv_; }
   // The stream events produced since the last call (by steps and aborts), in order; the engine
   // hands them to its StreamDispatcher once per step.
   StreamOutputs take_outputs();
@@ -112,9 +121,9 @@ class Scheduler {
   Status timed_forward(mem::ForwardBatch& batch);  // runner_.forward into logits_, timed
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
   Status timed_forward_greedy(mem::ForwardBatch& batch);
-  // Whether batches sample on the device (device platforms): every row's token is drawn there;
-  // the rows whose logprobs need their raw logits (top-N logprobs, a penalized row's chosen-token
-  // logprob: needs_raw_logits) come back to the host alone, not the whole batch.
+  // Whether batches sample on the device (BatchRunner::samples_on_device): every row's token is
+  // drawn there; the rows whose logprobs need their raw logits (top-N logprobs, a penalized row's
+  // chosen-token logprob: needs_raw_logits) come back to the host alone, not the whole batch.
   bool device_sampling() const;
   // runner_.forward_sample for `reqs` (row i samples reqs[i]) into sampled_, timed as a forward;
   // the raw rows' logprobs are filled on the host (fill_logprobs).
@@ -127,9 +136,10 @@ class Scheduler {
   void finish_and_release(Req& r);
   void forget(Req* r);
 
-  model::ModelRunner& runner_;
-  mem::PrefixCache& cache_;
-  mem::KvMemory memory_;
+  model::BatchRunner& runner_;
+  mem::HostKvMemory kv_;
+  mem::PrefixCache& cache_;  // kv_'s
+  mem::KvMemory memory_;     // kv_'s view
   const tokenizer::Tokenizer* tokenizer_;
   SchedulerOptions options_;
   Metrics* metrics_;

@@ -251,13 +251,15 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
   for (const int32_t t : batch.logits_indices)
     KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
 
-  // The KV store fused into split_qkv_rope where the backend exposes its slots on the device and
-  // the cache holds the activations' dtype (fp8 caches quantise in the backend's store), unless
-  // the platform's KernelSwitches::fused_kv_store keeps the backend's store (A/B measurements).
-  const int32_t* fused_store_loc =
-      platform_.kernel_switches().fused_kv_store && batch.kv_pool->config().dtype == dtype_
-          ? backend.device_out_cache_loc()
-          : nullptr;
+  // Who stores the layers' new K/V, asked once: the backend inside forward_*, or this model
+  // through the backend's slots, fused into split_qkv_rope where the cache holds the
+  // activations' dtype unscaled (fp8 caches and scaled layers: attention::store_kv's kernel),
+  // unless the platform's KernelSwitches::fused_kv_store keeps them apart (A/B measurements).
+  const bool caller_stores = backend.kv_store() == attention::KvStore::kCaller;
+  const int32_t* store_slots = caller_stores ? backend.store_slots(/*cross=*/false) : nullptr;
+  KV_CHECK(!caller_stores || store_slots != nullptr, "{}: no store slots", backend.name());
+  const bool fusable = caller_stores && platform_.kernel_switches().fused_kv_store &&
+                       batch.kv_pool->config().dtype == dtype_;
   const int32_t* ids = in.input_ids;
   const int32_t* positions = in.positions;
   const int32_t* logits_indices = in.logits_indices;
@@ -319,13 +321,12 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                                   .num_kv_heads = kv_heads,
                                   .head_dim = c.head_dim,
                                   .rotary_dim = c.head_dim};
-    const bool fuse_store = fused_store_loc != nullptr &&
-                            batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
+    const bool fuse_store = fusable && batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
                             batch.kv_pool->v_scale(static_cast<int32_t>(li)) == 1.0f;
     if (fuse_store) {
       split.k_cache = batch.kv_pool->k_buffer(static_cast<int32_t>(li)).data();
       split.v_cache = batch.kv_pool->v_buffer(static_cast<int32_t>(li)).data();
-      split.cache_loc = fused_store_loc;
+      split.cache_loc = store_slots;
       split.num_slots = batch.kv_pool->num_slots();
     }
     ops::split_qkv_rope(platform_, split);
@@ -335,12 +336,10 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
         .num_kv_heads = kv_heads,
         .head_dim = c.head_dim,
         .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    KV_RETURN_IF_ERROR(backend.forward({.q = w.q.data(),
-                                        .k = fuse_store ? nullptr : w.k.data(),
-                                        .v = fuse_store ? nullptr : w.v.data(),
-                                        .out = w.attn.data(),
-                                        .dtype = dtype_},
-                                       layer, batch));
+    const attention::AttentionIO io{
+        .q = w.q.data(), .k = w.k.data(), .v = w.v.data(), .out = w.attn.data(), .dtype = dtype_};
+    if (caller_stores && !fuse_store) attention::store_kv(backend, io, layer, batch);
+    KV_RETURN_IF_ERROR(backend.forward(io, layer, batch));
     gemm(w.attn, l.o_proj, nullptr, w.hidden, n, h, qd);
     rms_norm(w.hidden, &w.residual, w.normed, l.post_attention_layernorm);
     gemm(w.normed, l.gate_up_proj, nullptr, w.gate_up, n, 2 * inter, h);

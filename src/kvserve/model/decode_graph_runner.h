@@ -56,12 +56,12 @@ struct PinnedHostDeleter {
 
 class DecodeGraphRunner {
  public:
-  // Captures every bucket up to min(max_bs, the request rows). kUnimplemented when the platform
-  // has no graphs or the backend no decode graphs; a failed capture is kInternal.
+  // Captures every bucket up to min(max_bs, the request rows of the mirror). kUnimplemented when
+  // the platform has no graphs or the backend no decode graphs; a failed capture is kInternal.
   static Result<std::unique_ptr<DecodeGraphRunner>> create(
       platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
-      attention::AttentionBackend& backend, const mem::ReqToTokenPool& req_to_token,
-      mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool, int32_t max_bs);
+      attention::AttentionBackend& backend, mem::DeviceReqToToken* req_to_token_device,
+      mem::MHATokenToKVPool& kv_pool, int32_t max_bs);
   ~DecodeGraphRunner();
   DecodeGraphRunner(const DecodeGraphRunner&) = delete;
   DecodeGraphRunner& operator=(const DecodeGraphRunner&) = delete;
@@ -90,8 +90,7 @@ class DecodeGraphRunner {
  private:
   DecodeGraphRunner(platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
                     attention::AttentionBackend& backend);
-  Status capture_all(const mem::ReqToTokenPool& req_to_token,
-                     mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool,
+  Status capture_all(mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool,
                      int32_t max_bs);
   // Packs the padded batch's integers and the backend's plan into the staging buffer and queues
   // their one copy to the device buffer.

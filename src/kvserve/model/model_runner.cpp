@@ -123,15 +123,16 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   }
   pool.size = tokens;
   KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
-  r->allocator_ = mem::make_allocator(tokens, o.page_size);
-  const int32_t rows = o.max_running_requests > 0 ? o.max_running_requests
-                       : on_cpu                   ? kCpuDefaultMaxRunning
-                                                  : kGpuDefaultMaxRunning;
-  r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(rows, r->context_len_ + kContextSlack);
+  r->max_running_ = o.max_running_requests > 0 ? o.max_running_requests
+                    : on_cpu                   ? kCpuDefaultMaxRunning
+                                               : kGpuDefaultMaxRunning;
+  r->row_len_ = r->context_len_ + kContextSlack;
   if (!on_cpu) {
-    // The device attention backends read rows through this mirror (device_req_to_token.h).
-    KV_ASSIGN_OR_RETURN(r->req_to_token_device_,
-                        mem::DeviceReqToToken::create(*r->platform_, *r->req_to_token_));
+    // The device attention backends read rows through this mirror (device_req_to_token.h) of
+    // the scheduler's table (its rows, padding row 0 included).
+    KV_ASSIGN_OR_RETURN(
+        r->req_to_token_device_,
+        mem::DeviceReqToToken::create(*r->platform_, r->max_running_ + 1, r->row_len_));
   }
 
   if (!on_cpu && !o.disable_cuda_graph) {
@@ -140,9 +141,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
                   r->backend_->name());
     } else {
       const int32_t max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : kDefaultCudaGraphMaxBs;
-      auto graphs = DecodeGraphRunner::create(*r->platform_, r->stream_->handle(), *r->model_,
-                                              *r->backend_, *r->req_to_token_,
-                                              r->req_to_token_device_.get(), *r->kv_pool_, max_bs);
+      auto graphs =
+          DecodeGraphRunner::create(*r->platform_, r->stream_->handle(), *r->model_, *r->backend_,
+                                    r->req_to_token_device_.get(), *r->kv_pool_, max_bs);
       if (!graphs.is_ok()) {
         return make_status(graphs.status().code(), "{} (--disable-cuda-graph runs without graphs)",
                            graphs.status().message());
@@ -169,19 +170,25 @@ attention::AttentionRequirements ModelRunner::attention_requirements(
   return need;
 }
 
-Status ModelRunner::prepare(mem::ForwardBatch& batch) {
-  batch.req_to_token = req_to_token_.get();
-  batch.req_to_token_device = req_to_token_device_.get();
+void ModelRunner::bind(mem::ForwardBatch& batch) {
+  KV_CHECK(batch.req_to_token != nullptr, "a batch from make_forward_batch");
+  KV_CHECK(req_to_token_device_ == nullptr || req_to_token_device_->mirrors(*batch.req_to_token),
+           "a batch of a req_to_token table of another shape than kv_shape()");
+  KV_CHECK((batch.kv_pool == nullptr || batch.kv_pool == kv_pool_.get()) &&
+               (batch.req_to_token_device == nullptr ||
+                batch.req_to_token_device == req_to_token_device_.get()),
+           "a batch bound to another runner's buffers");
   batch.kv_pool = kv_pool_.get();
+  batch.req_to_token_device = req_to_token_device_.get();
+}
+
+Status ModelRunner::prepare(mem::ForwardBatch& batch) {
   return backend_->init_forward_metadata(batch);
 }
 
 bool ModelRunner::use_graph(mem::ForwardBatch& batch) {
-  if (graphs_ == nullptr || !graphs_enabled_ || !graphs_->can_run(batch)) return false;
-  batch.req_to_token = req_to_token_.get();
-  batch.req_to_token_device = req_to_token_device_.get();
-  batch.kv_pool = kv_pool_.get();
-  return true;
+  bind(batch);
+  return graphs_ != nullptr && graphs_enabled_ && graphs_->can_run(batch);
 }
 
 Status ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) {
@@ -332,8 +339,8 @@ std::string ModelRunner::summary() const {
       fmt::format("{}L/{}H/{}KV", config().num_hidden_layers, config().num_attention_heads,
                   config().num_key_value_heads),
       platform_->device().to_string(), mib(model_->weight_bytes()), dtype_name(p.dtype), p.size,
-      mib(p.bytes_per_token() * (p.size + p.page_size)), p.page_size, req_to_token_->size(),
-      context_len_, backend_->name(),
+      mib(p.bytes_per_token() * (p.size + p.page_size)), p.page_size, max_running_, context_len_,
+      backend_->name(),
       graphs_ != nullptr ? fmt::format("; decode graphs bs 1..{}", graphs_->max_bs()) : "");
 }
 

@@ -3,11 +3,12 @@
 // create() reserves the device memory pool (device platforms; platform/device_pool.h), reads the
 // checkpoint directory (config.json, safetensors), loads the weights into the pool, sizes the KV
 // pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights: of the
-// device pool on a GPU), and creates the request-to-token table (and its device mirror on a device
-// platform), the slot allocator and the attention backend; on a device platform it runs
-// everything on a stream of its own and, unless --disable-cuda-graph, captures the decode graphs
-// (decode_graph_runner.h) once the pools exist. The prefix cache belongs to whoever schedules (it
-// is created on top of these pools).
+// device pool on a GPU), the device mirror of the request-to-token table on a device platform,
+// and the attention backend; on a device platform it runs everything on a stream of its own and,
+// unless --disable-cuda-graph, captures the decode graphs (decode_graph_runner.h) once the pools
+// exist. The host side of the KV memory (request-to-token table, slot allocator, prefix cache)
+// belongs to whoever schedules: a mem::HostKvMemory of this runner's kv_shape(). The runner
+// reads the host table only through the batches built from it (BatchRunner).
 #pragma once
 
 #include <filesystem>
@@ -19,10 +20,10 @@
 
 #include "kvserve/attention/backend.h"
 #include "kvserve/attention/capabilities.h"
-#include "kvserve/mem/allocator.h"
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/mem/kv_pool.h"
-#include "kvserve/mem/req_to_token_pool.h"
+#include "kvserve/model/batch_runner.h"
 #include "kvserve/model/causal_lm.h"
 #include "kvserve/model/decode_graph_runner.h"
 #include "kvserve/platform/device_pool.h"
@@ -61,18 +62,7 @@ struct ModelRunnerOptions {
   platform::KernelSwitches kernel_switches;
 };
 
-// Per-logits-row sampling inputs of forward_sample (host memory; ops/sampling_params.h).
-struct SamplingInputs {
-  std::span<const ops::SampleRowParams> rows;
-  std::span<const int32_t> penalty_offsets;  // [rows + 1], or empty: no row has penalties
-  std::span<const ops::PenaltyEntry> penalty_entries;
-  // Rows whose raw logits the caller reads after sampling (top-N logprobs; the chosen token's
-  // logprob of a penalized row, which the sampler rewrites in place): forward_sample copies them,
-  // in this order, into its `raw_logits` [raw_rows.size(), vocab] before the sampler runs.
-  std::span<const int32_t> raw_rows;
-};
-
-class ModelRunner {
+class ModelRunner final : public BatchRunner {
  public:
   // Refuses, before any weight is read or device memory reserved, a model the attention backend
   // cannot serve with these options (capabilities.h: kUnimplemented naming the config field or
@@ -86,25 +76,34 @@ class ModelRunner {
 
   const checkpoint::ModelConfig& config() const { return model_->config(); }
   platform::Platform& platform() { return *platform_; }
-  mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
   // Device platforms: the req_to_token mirror the device backends read (null on the CPU).
   mem::DeviceReqToToken* req_to_token_device() { return req_to_token_device_.get(); }
-  mem::BaseTokenToKVPoolAllocator& allocator() { return *allocator_; }
   mem::MHATokenToKVPool& kv_pool() { return *kv_pool_; }
   attention::AttentionBackend& backend() { return *backend_; }
   int32_t page_size() const { return page_size_; }
-  int64_t max_total_tokens() const { return allocator_->size(); }
-  int32_t context_len() const { return context_len_; }
-  int32_t max_running_requests() const { return req_to_token_->size(); }
+  int64_t max_total_tokens() const { return kv_pool_->config().size; }
+  int32_t max_running_requests() const { return max_running_; }
+  // The host KV memory (mem::HostKvMemory) that batches for this runner come from.
+  mem::KvMemoryShape kv_shape() const {
+    return {.max_running_requests = max_running_,
+            .row_len = row_len_,
+            .max_total_tokens = max_total_tokens(),
+            .page_size = page_size_};
+  }
+
+  // BatchRunner.
+  int32_t vocab_size() const override { return config().vocab_size; }
+  int32_t context_len() const override { return context_len_; }
+  bool samples_on_device() const override { return !platform_->device().is_cpu(); }
 
   // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab]. A decode
   // batch that fits a captured graph replays it instead (same kernels, padded to the bucket).
   // kOutOfMemory when a device buffer this forward needs (activations, attention metadata, page
   // lists, split workspace, sampling buffers) cannot grow: the outputs are garbage, the batch's
   // KV slots hold nothing usable, and the runner serves the next forward normally.
-  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits);
+  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits) override;
   // The same, keeping only each row's argmax (computed on the device).
-  Status forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens);
+  Status forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) override;
 
   // The same forward, then ops::sample_rows over its logits rows with `sampling` (one row of
   // parameters per logits row; greedy rows are argmax rows of the same launch). On a device the
@@ -115,7 +114,7 @@ class ModelRunner {
   // host by the same op.
   Status forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
                         std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
-                        std::vector<float>* raw_logits = nullptr);
+                        std::vector<float>* raw_logits = nullptr) override;
 
   // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
   // without them.
@@ -128,11 +127,14 @@ class ModelRunner {
 
  private:
   ModelRunner() = default;
-  // Points the batch at this runner's pools and builds the backend's metadata (once per forward).
+  // Points the batch at this runner's device buffers (the KV pool, the req_to_token mirror): the
+  // only place a batch gets them.
+  void bind(mem::ForwardBatch& batch);
+  // Builds the backend's metadata of an eager forward (once per forward).
   Status prepare(mem::ForwardBatch& batch);
   // Grows forward_sample's device buffers for `rows` rows of `sampling` (before the forward).
   Status reserve_sampling_buffers(int64_t rows, const SamplingInputs& sampling, bool logprobs);
-  // Whether `batch` replays a decode graph (pointing it at the pools when it does).
+  // Binds `batch` (every forward starts here), then whether it replays a decode graph.
   bool use_graph(mem::ForwardBatch& batch);
 
   std::unique_ptr<platform::Platform> platform_;
@@ -140,9 +142,7 @@ class ModelRunner {
   // stream), so that eager forwards and graph replays are ordered and graphs can be captured.
   std::unique_ptr<platform::Stream> stream_;
   std::unique_ptr<CausalLM> model_;
-  std::unique_ptr<mem::ReqToTokenPool> req_to_token_;
   std::unique_ptr<mem::DeviceReqToToken> req_to_token_device_;
-  std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;
   std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;
   std::unique_ptr<attention::AttentionBackend> backend_;
   // forward_sample's device buffers, grown on demand: row parameters, the penalty CSR, tokens and
@@ -156,6 +156,8 @@ class ModelRunner {
   bool graphs_enabled_ = true;
   int32_t page_size_ = 1;
   int32_t context_len_ = 0;
+  int32_t max_running_ = 0;  // request rows of the host table (kv_shape)
+  int32_t row_len_ = 0;      // positions per row
 };
 
 }  // namespace kvserve::model

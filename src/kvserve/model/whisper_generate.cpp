@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/platform/ops/sampling.h"
 
 namespace kvserve::model {
@@ -141,32 +142,11 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   const mem::KvMemory memory = runner.memory();
   std::vector<mem::KvReqState> states(bs);
   KvRelease release(memory, states);
-  std::vector<mem::KvReqState*> ptrs;
-  std::vector<int32_t> seq_lens;
-  std::vector<int32_t> starts;
-  for (int32_t b = 0; b < bs; ++b) {
-    ptrs.push_back(&states[b]);
-    starts.push_back(runner.encoder_reserved_len(encoder_lens[b]));
-    seq_lens.push_back(starts[b] + static_cast<int32_t>(results[b].prompt.size()));
-  }
-  std::vector<int32_t> loc;
-  KV_RETURN_IF_ERROR(mem::alloc_for_extend(memory, ptrs, seq_lens, loc));
-  std::vector<mem::EncDecRow> rows;
-  std::vector<mem::ForwardRequest> fwd;
-  for (int32_t b = 0; b < bs; ++b) {
-    rows.push_back(
-        {states[b].row, encoder_lens[b], static_cast<int32_t>(results[b].prompt.size())});
-    fwd.push_back({states[b].row, 0, results[b].prompt});
-  }
-  std::vector<int32_t> encoder_loc;
-  std::vector<int32_t> decoder_loc;
-  mem::split_encoder_decoder_loc(loc, rows, runner.options().page_size, runner.options().layout,
-                                 encoder_loc, decoder_loc);
-  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc,
-                                                    runner.req_to_token(), runner.kv_pool());
-  batch.self_kv_start = starts;
-  batch.encoder_lens = encoder_lens;
-  batch.encoder_out_cache_loc = encoder_loc;
+  const mem::EncoderSplit split{runner.options().page_size, runner.options().layout};
+  std::vector<mem::BatchEntry> entries;
+  for (int32_t b = 0; b < bs; ++b)
+    entries.push_back({&states[b], results[b].prompt, encoder_lens[b]});
+  KV_ASSIGN_OR_RETURN(mem::ForwardBatch batch, mem::prepare_extend(memory, entries, split));
   std::vector<float> logits;
   KV_RETURN_IF_ERROR(
       runner.forward(batch, logits, encoder_hidden.empty() ? nullptr : encoder_hidden.data()));
@@ -199,23 +179,10 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
     if (o.on_progress) o.on_progress(WhisperGeneratePoint::kPicked);
     if (active.empty()) break;
     // Decode: the last token of each active request at decoder position len - 1.
-    ptrs.clear();
-    fwd.clear();
-    std::vector<int32_t> step_starts;
-    std::vector<int32_t> step_encoder_lens;
-    for (const int32_t b : active) {
-      ptrs.push_back(&states[b]);
-      const auto cached =
-          static_cast<int32_t>(results[b].prompt.size() + results[b].tokens.size()) - 1;
-      fwd.push_back({states[b].row, cached, {results[b].tokens.back()}});
-      step_starts.push_back(starts[b]);
-      step_encoder_lens.push_back(encoder_lens[b]);
-    }
-    KV_RETURN_IF_ERROR(mem::alloc_for_decode(memory, ptrs, loc));
-    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(),
-                                    runner.kv_pool());
-    batch.self_kv_start = step_starts;
-    batch.encoder_lens = step_encoder_lens;
+    entries.clear();
+    for (const int32_t b : active)
+      entries.push_back({&states[b], {results[b].tokens.back()}, encoder_lens[b]});
+    KV_ASSIGN_OR_RETURN(batch, mem::prepare_decode(memory, entries, split));
     KV_RETURN_IF_ERROR(runner.forward(batch, logits));
   }
   return results;

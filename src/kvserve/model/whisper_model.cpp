@@ -630,8 +630,9 @@ Status WhisperModel::forward(const mem::ForwardBatch& batch, attention::Attentio
     linear(normed, sa.q, q, n, d, d, d);
     linear(normed, sa.k, k, n, d, d, d);
     linear(normed, sa.v, v, n, d, d, d);
-    KV_RETURN_IF_ERROR(
-        backend.forward({.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_}, layer, batch));
+    const attention::AttentionIO self_io{.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_};
+    attention::store_kv(backend, self_io, layer, batch);  // the caller's store path, if the backend's
+    KV_RETURN_IF_ERROR(backend.forward(self_io, layer, batch));
     linear(attn, sa.o, delta, n, d, d, d);
     // Cross-attention over the encoder region; its K/V are stored only when computed here.
     const Attention& ca = l.cross_attn;
@@ -642,8 +643,9 @@ Status WhisperModel::forward(const mem::ForwardBatch& batch, attention::Attentio
       linear(encoder_hidden, ca.v, cv, enc_rows, d, d, d);
     }
     layer.is_cross_attention = true;
-    KV_RETURN_IF_ERROR(
-        backend.forward({.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_}, layer, batch));
+    const attention::AttentionIO cross_io{.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_};
+    attention::store_kv(backend, cross_io, layer, batch);  // nothing when the encoder is cached
+    KV_RETURN_IF_ERROR(backend.forward(cross_io, layer, batch));
     linear(attn, ca.o, delta, n, d, d, d);
     // Tokens of requests without an encoder output skip cross-attention.
     for (int32_t b = 0; b < batch.batch_size(); ++b) {

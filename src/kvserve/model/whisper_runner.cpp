@@ -95,7 +95,7 @@ int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
 
 Status WhisperRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
                               const void* encoder_hidden) {
-  batch.req_to_token = req_to_token_.get();
+  KV_CHECK(batch.req_to_token == req_to_token_.get(), "a batch of this runner's table");
   batch.req_to_token_device = req_to_token_device_.get();
   batch.kv_pool = kv_pool_.get();
   KV_RETURN_IF_ERROR(backend_->init_forward_metadata(batch));
