@@ -8,12 +8,14 @@
 
 #include "kvserve/cli/commands.h"
 #include "kvserve/core/check.h"
+#include "kvserve/core/log_output.h"
 #include "kvserve/core/logging.h"
 
 namespace kvserve::cli {
 namespace {
 
 int main(int argc, char** argv) {
+  log_to_stderr();  // results go to stdout, logs never do
   CLI::App app{"kvserve: an LLM serving engine with SGLang's KV-cache design, in C++"};
   app.require_subcommand(0, 1);
   app.fallthrough();  // global flags (--log-level) may also follow the subcommand

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <thread>
 
@@ -88,7 +89,20 @@ int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
   });
 }
 
+// Every connection is a descriptor: raise the soft limit to the hard one (commonly 1024 of
+// 1048576), so that --max-connections, not the limit, decides.
+void raise_open_file_limit(int wanted) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == lim.rlim_max) return;
+  lim.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < static_cast<rlim_t>(wanted) + 256) {
+    KV_LOG_WARN("the open file limit ({}) is below --max-connections {}", lim.rlim_cur, wanted);
+  }
+}
+
 int run_serve(ServeOptions o) {
+  raise_open_file_limit(o.server.max_connections);
   std::string model_path = o.engine.model_path.string();
   if (!resolve_model_path(model_path, "serve")) return 2;
   o.engine.model_path = model_path;
@@ -169,6 +183,23 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--served-model-name", o->server.served_model_name);
   add_encoder_kv_layout_option(cmd, o->encoder_kv_layout,
                                "Whisper checkpoints: aligned (default) or ragged encoder KV rows");
+  cmd->add_option("--max-queued-requests", o->server.max_queued_requests,
+                  "With this many requests waiting, refuse new ones with 503 and Retry-After "
+                  "(0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->server.max_connections,
+                  "Open HTTP connections served at once (a thread each); beyond: 503")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--http-header-timeout", o->server.header_timeout_s,
+                  "Seconds a client has to send a whole request head")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--http-keep-alive-timeout", o->server.keep_alive_timeout_s,
+                  "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--sampling-defaults", o->server.sampling_defaults,
                   "model: generation_config.json's temperature/top_p/top_k/min_p/"
                   "repetition_penalty for what a request leaves out; openai: the API's defaults")

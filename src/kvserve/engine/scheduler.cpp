@@ -418,6 +418,14 @@ void Scheduler::accept_token(Req& r, std::span<const float> logits) {
 }
 
 void Scheduler::accept_sampled(Req& r, const SampledToken& t) {
+  if (r.sampling.max_new_tokens == 0) {
+    // SGLang's prompt scoring: the prefill ran (for the prompt's logprobs); no token is kept.
+    r.finish = {FinishKind::kLength, -1, "", ""};
+    StreamEvent e;
+    e.input_logprobs = r.input_logprobs;
+    emit(r, std::move(e));
+    return;
+  }
   r.output_ids.push_back(t.token);
   if (r.penalties) r.penalties->add_output(t.token);
   const Clock::time_point now = Clock::now();

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -73,6 +74,13 @@ struct ChatCompletionRequest {
 template <typename T>
 using Parsed = std::variant<T, ApiError>;
 
+// Request bodies nest at most this deep (arrays and objects); deeper is a 400 before parsing.
+inline constexpr size_t kMaxJsonDepth = 64;
+// The deepest nesting of arrays and objects in JSON text (strings skipped), counting stops once
+// it passes `stop_above`. Used on bodies before parsing them; needs no valid JSON.
+size_t json_nesting_depth(std::string_view text, size_t stop_above);
+
+// Bounds the nesting depth (kMaxJsonDepth), then parses; a 400 unless a valid JSON object.
 Parsed<nlohmann::json> parse_json_body(const std::string& body);
 Parsed<NativeGenerateRequest> parse_generate(const nlohmann::json& body, const ModelLimits& m);
 Parsed<CompletionRequest> parse_completion(const nlohmann::json& body, const ModelLimits& m);

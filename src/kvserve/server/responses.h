@@ -55,5 +55,9 @@ std::optional<ApiError> job_error(const Job& job);
 // The same for one finished stream event, and its SSE form ("data: {"error": {...}}\n\n").
 ApiError engine_error(const engine::FinishReason& finish);
 std::string sse_error(const ApiError& e);
+// The raw bytes a token stands for (OpenAI's logprob "bytes"): its decoded text, or, when that
+// is not UTF-8 on its own (a byte-level or byte-fallback token holding part of a character), the
+// bytes of its vocabulary entry. Without a tokenizer: the id as text.
+std::string token_bytes(const tokenizer::Tokenizer* tok, int32_t id);
 
 }  // namespace kvserve::server

@@ -131,7 +131,7 @@ TranscriptionServer::TranscriptionServer(TranscriptionService& service, std::str
     : service_(service),
       model_path_(std::move(model_path)),
       options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(make_http_server(options_)) {
   model_name_ = options_.served_model_name;
   if (model_name_.empty()) {
     std::filesystem::path p(model_path_);
