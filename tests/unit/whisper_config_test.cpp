@@ -185,20 +185,17 @@ TEST(WhisperGenerate, PromptFollowsGenerationConfig) {
   const makemodel::Preset p = makemodel::whisper_test_preset();
   const checkpoint::WhisperGenerationConfig g = *checkpoint::parse_whisper_generation_config(
       makemodel::whisper_generation_config_json_text(p.whisper), "g");
-  WhisperGenerateOptions o;
-  EXPECT_EQ(*whisper_prompt(p.whisper, g, o), (std::vector<int32_t>{50258, 50259, 50359, 50363}));
-  o.language = "de";
-  o.task = "translate";
-  EXPECT_EQ(*whisper_prompt(p.whisper, g, o), (std::vector<int32_t>{50258, 50261, 50358, 50363}));
-  o.language = "klingon";
-  const auto bad = whisper_prompt(p.whisper, g, o);
+  EXPECT_EQ(*whisper_prompt(p.whisper, g), (std::vector<int32_t>{50258, 50259, 50359, 50363}));
+  EXPECT_EQ(*whisper_prompt(p.whisper, g, "de", "translate"),
+            (std::vector<int32_t>{50258, 50261, 50358, 50363}));
+  const auto bad = whisper_prompt(p.whisper, g, "klingon");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("unknown language 'klingon'"), std::string::npos);
   // English-only models: no language or task token; with timestamps: no <|notimestamps|>.
   checkpoint::WhisperGenerationConfig en = g;
   en.is_multilingual = false;
   en.return_timestamps = true;
-  EXPECT_EQ(*whisper_prompt(p.whisper, en, {}), (std::vector<int32_t>{50258}));
+  EXPECT_EQ(*whisper_prompt(p.whisper, en), (std::vector<int32_t>{50258}));
 }
 
 TEST(WhisperGenerate, SuppressionAtEveryStepAndAtTheBeginOnly) {

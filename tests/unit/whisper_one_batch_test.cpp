@@ -213,7 +213,7 @@ TEST_F(WhisperOneBatch, RequestsAreSeededAndPromptsHaveTheAskedLength) {
   EXPECT_NE((*a)[0].features, (*a)[1].features);
   EXPECT_NE((*a)[0].features, (*c)[0].features);
   EXPECT_TRUE((*a)[0].prompt.empty());  // the transcriber's prompt
-  const auto sot = model::whisper_prompt(r->config(), r->generation_config(), {});
+  const auto sot = model::whisper_prompt(r->config(), r->generation_config());
   ASSERT_TRUE(sot.is_ok());
   const auto longer = whisper_one_batch_requests(*r, 1, 7, 5);
   ASSERT_TRUE(longer.is_ok());

@@ -16,7 +16,7 @@
 #include "kvserve/bench/whisper_one_batch.h"
 #include "kvserve/cli/commands.h"
 #include "kvserve/cli/runner_options.h"
-#include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/model/model_runner.h"
 
 namespace kvserve::cli {
 namespace {

@@ -11,7 +11,8 @@
 #include "kvserve/cli/runner_options.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/engine.h"
-#include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/model/model_runner.h"
+#include "kvserve/model/whisper_front_end.h"
 #include "kvserve/server/http_server.h"
 #include "kvserve/server/transcription_server.h"
 
@@ -49,43 +50,39 @@ int serve_until_signal(Server& http, const std::string& host, sigset_t signals, 
   return 0;
 }
 
-// A Whisper checkpoint: the transcription service (one worker thread owns the model) behind
-// OpenAI's /v1/audio/transcriptions.
-int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
-  const model::ModelRunnerOptions& r = o.engine.runner;
-  if (r.kv_cache_dtype.has_value()) {
-    return load_failure(invalid_argument(
-        "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
-        dtype_name(*r.kv_cache_dtype)));
-  }
-  server::TranscriptionServiceOptions so;
-  so.runner.device = r.device.to_string();
-  so.runner.page_size = r.page_size;
-  if (r.attention_backend) {  // else the device's default for the layout
-    so.runner.attention_backend = attention::attention_backend_name(*r.attention_backend);
-  }
-  so.runner.max_running_requests = r.max_running_requests > 0 ? r.max_running_requests : 8;
-  so.runner.max_total_tokens = r.max_total_tokens;
-  so.runner.layout = o.encoder_kv_layout;
-  so.runner.kernel_switches = r.kernel_switches;
-  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}",
-              o.engine.model_path.string(), r.device.to_string());
-  auto service = server::TranscriptionService::create(o.engine.model_path, so);
-  if (!service.is_ok()) return load_failure(service.status());
-  const model::WhisperRunnerOptions& ro = (*service)->transcriber().runner().options();
-  KV_LOG_INFO(
-      "speech recognition: page size {}, {} encoder KV layout, {} attention, batches of up to {}",
-      ro.page_size, mem::encoder_kv_layout_name(ro.layout), ro.attention_backend,
-      ro.max_running_requests);
-  server::TranscriptionServer http(**service, o.engine.model_path.string(), o.server);
+// A Whisper checkpoint: the engine (its encoder-decoder path) behind OpenAI's
+// /v1/audio/transcriptions; the tokenizer and feature extractor serve the HTTP threads.
+int run_serve_whisper(ServeOptions o, sigset_t signals) {
+  engine::EngineOptions& e = o.engine;
+  if (e.runner.max_running_requests <= 0) e.runner.max_running_requests = 8;
+  e.runner.encoder_kv_layout = o.encoder_kv_layout;
+  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}", e.model_path.string(),
+              e.runner.device.to_string());
+  auto engine = engine::Engine::create(e);
+  if (!engine.is_ok()) return load_failure(engine.status());
+  auto front_end = model::WhisperFrontEnd::load(e.model_path, *(*engine)->whisper_config(),
+                                                *(*engine)->whisper_generation_config());
+  if (!front_end.is_ok()) return load_failure(front_end.status());
+  KV_LOG_INFO("speech recognition: {}", (*engine)->summary());
+  server::TranscriptionServer http(**engine, **front_end, e.model_path.string(), o.server);
   if (Status s = http.bind(); !s.is_ok()) {
     fmt::print(stderr, "kvserve serve: {}\n", s.message());
     return 1;
   }
-  // Stop accepting, then let the worker finish its batch and fail what is queued (503).
+  // Stop accepting, then end what is in flight (aborted: 503), so the HTTP workers return.
   return serve_until_signal(http, o.server.host, signals, [&] {
     http.stop();
-    (*service)->shutdown();
+    (*engine)->shutdown();
+  });
+}
+  if (Status s = http.bind(); !s.is_ok()) {
+    fmt::print(stderr, "kvserve serve: {}\n", s.message());
+    return 1;
+  }
+  // Stop accepting, then end what is in flight (aborted: 503), so the HTTP workers return.
+  return serve_until_signal(http, o.server.host, signals, [&] {
+    http.stop();
+    (*engine)->shutdown();
   });
 }
 
@@ -113,7 +110,9 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (Status s = read_kernel_switches(o.engine.runner); !s.is_ok()) return load_failure(s);
-  if (model::is_whisper_checkpoint(o.engine.model_path)) return run_serve_whisper(o, signals);
+  if (model::is_whisper_checkpoint(o.engine.model_path)) {
+    return run_serve_whisper(std::move(o), signals);
+  }
 
   KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
               o.engine.runner.device.to_string());

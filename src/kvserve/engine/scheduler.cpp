@@ -10,6 +10,7 @@
 #include "kvserve/engine/sampler.h"
 #include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/mem/common.h"
+#include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/invariants.h"
 
 namespace kvserve::engine {
@@ -42,6 +43,7 @@ Scheduler::Scheduler(model::BatchRunner& runner, mem::HostKvMemory memory,
       kv_(std::move(memory)),
       cache_(kv_.cache()),
       memory_(kv_.view()),
+      encoder_decoder_(options.encoder.has_value()),
       tokenizer_(tokenizer),
       options_(options),
       metrics_(metrics),
@@ -57,6 +59,13 @@ Scheduler::~Scheduler() = default;
 
 void Scheduler::add_request(std::unique_ptr<Req> req) {
   Req* r = req.get();
+  KV_CHECK(encoder_decoder_ || (r->encoder_len == 0 && r->encoder_input == nullptr),
+           "an encoder input for a scheduler without an EncoderSplit");
+  r->encoder_reserved =
+      encoder_decoder_
+          ? mem::encoder_reserved_len(r->encoder_len, options_.encoder->page_size,
+                                      options_.encoder->layout)
+          : 0;
   reqs_[r->id] = std::move(req);
   waiting_.push_back(r);
 }
@@ -65,6 +74,14 @@ void Scheduler::add_request(std::unique_ptr<Req> req) {
 
 void Scheduler::init_next_round_input(Req& r) {
   r.fill_ids = r.all_ids();
+  if (encoder_decoder_) {
+    // The whole row, encoder region first; nothing is matched (a ChunkCache).
+    r.kv.prefix_indices.clear();
+    r.kv.last_node = cache_.match_prefix({}).last_node;
+    r.kv.cache_protected_len = 0;
+    r.extend_input_len = r.encoder_reserved + static_cast<int32_t>(r.fill_ids.size());
+    return;
+  }
   // At least one token is computed (for its logits); with input logprobs, the positions from
   // logprob_start_len on must be computed too.
   int64_t limit = static_cast<int64_t>(r.fill_ids.size()) - 1;
@@ -86,7 +103,8 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
   double reservation = 0;
   for (const Req* r : running_)
     reservation += remaining_output_budget(*r) * new_token_ratio_;
-  const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0
+  // An encoder-decoder prefill (encoder region and prompt) is never chunked.
+  const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0 && !encoder_decoder_
                                            ? std::optional(options_.chunked_prefill_size)
                                            : std::nullopt;
   PrefillAdder adder(kv_.shape().page_size, cache_, kv_.allocator(), reservation,
@@ -126,14 +144,20 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
 void Scheduler::run_extend(const std::vector<Req*>& batch) {
   std::vector<mem::BatchEntry> entries;
   std::vector<int32_t> seq_lens;
+  std::vector<std::span<const float>> encoder_inputs;
   for (Req* r : batch) {
     const auto prefix = static_cast<int32_t>(r->kv.prefix_indices.size());
-    const int32_t seq = prefix + r->extend_input_len;
+    // In the decoder's coordinates: an encoder-decoder row's extend also covers its encoder
+    // region (encoder_reserved positions ahead of the prompt; prepare_extend lays it out).
+    const int32_t seq = prefix + r->extend_input_len - r->encoder_reserved;
     seq_lens.push_back(seq);
-    entries.push_back(
-        {&r->kv, std::vector<int32_t>(r->fill_ids.begin() + prefix, r->fill_ids.begin() + seq)});
+    entries.push_back({&r->kv,
+                       std::vector<int32_t>(r->fill_ids.begin() + prefix, r->fill_ids.begin() + seq),
+                       r->encoder_len});
+    // The encoder runs again on every prefill of the request (after a retraction too).
+    if (r->encoder_len > 0) encoder_inputs.emplace_back(*r->encoder_input);
   }
-  Result<mem::ForwardBatch> prepared = mem::prepare_extend(memory_, entries);
+  Result<mem::ForwardBatch> prepared = mem::prepare_extend(memory_, entries, options_.encoder);
   if (!prepared.is_ok()) {
     // The budgets should make this unreachable; put the batch back rather than crash.
     KV_LOG_WARN("prefill of {} requests did not fit after budgeting: {}", batch.size(),
@@ -150,6 +174,9 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
   }
   mem::ForwardBatch fb = std::move(prepared).value();
   ++prefill_batches_;
+  // The encoder's inputs, one per request whose encoder region this forward stores (in the order
+  // of fb.encoder_out_cache_loc): the runner runs the encoder first.
+  fb.encoder_inputs = std::move(encoder_inputs);
   // Which rows need logits: input logprobs (positions whose next token is still input) and the
   // last position of a complete prompt (its first sampled token).
   std::vector<std::vector<int32_t>> rows_of(batch.size());
@@ -158,7 +185,7 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
     const int32_t prefix = fb.prefix_lens[i];
-    const int32_t seq = seq_lens[i];
+    const int32_t seq = seq_lens[i];  // decoder positions (fb.seq_lens[i])
     for (int32_t p = prefix; p < seq; ++p) {
       const bool input_logprob = r.logprob_start_len >= 0 && p >= r.logprob_start_len &&
                                  p + 1 < r.input_len() && r.output_ids.empty();
@@ -181,7 +208,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
       sampled_reqs.push_back(batch[i]);
     }
   }
-  const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling();
+  const bool on_device =
+      sampled_reqs.size() == logits_rows.size() && device_sampling() && !host_sampling(batch);
   const Status forwarded = on_device ? timed_forward_sample(fb, sampled_reqs) : timed_forward(fb);
   if (!forwarded.is_ok()) return fail_batch(batch, forwarded);
   const int32_t vocab = runner_.vocab_size();
@@ -211,7 +239,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     if (r.finished()) {
       finish_and_release(r);
     } else {
-      cache_.cache_unfinished_req(r.kv, r.fill_ids);
+      // An encoder-decoder row shares nothing, and its positions are not fill_ids'.
+      if (!encoder_decoder_) cache_.cache_unfinished_req(r.kv, r.fill_ids);
       running_.push_back(&r);
     }
   }
@@ -283,8 +312,8 @@ void Scheduler::run_decode() {
     new_token_ratio_ = std::max(new_token_ratio_ - new_token_ratio_decay_, min_new_token_ratio_);
   std::vector<mem::BatchEntry> entries;
   for (Req* r : running_)
-    entries.push_back({&r->kv, {r->output_ids.back()}});
-  Result<mem::ForwardBatch> prepared = mem::prepare_decode(memory_, entries);
+    entries.push_back({&r->kv, {r->output_ids.back()}, r->encoder_len});
+  Result<mem::ForwardBatch> prepared = mem::prepare_decode(memory_, entries, options_.encoder);
   KV_CHECK(prepared.is_ok(), "decode allocation after the memory check: {}",
            prepared.status().to_string());
   mem::ForwardBatch fb = std::move(prepared).value();
@@ -295,9 +324,11 @@ void Scheduler::run_decode() {
   // Otherwise, on a device, the batch is sampled there by one launch (greedy rows are argmax rows
   // of it), and again only the ids (and chosen-token logprobs) come back, plus the raw logits rows
   // of the requests whose logprobs need them (top-N; a penalized row's chosen-token logprob).
-  const bool device_greedy = std::all_of(running_.begin(), running_.end(),
-                                         [](const Req* r) { return r->sampling.device_greedy(); });
-  const bool device_sample = !device_greedy && device_sampling();
+  const bool host = host_sampling(running_);
+  const bool device_greedy =
+      !host && std::all_of(running_.begin(), running_.end(),
+                           [](const Req* r) { return r->sampling.device_greedy(); });
+  const bool device_sample = !host && !device_greedy && device_sampling();
   const Status forwarded = device_greedy   ? timed_forward_greedy(fb)
                            : device_sample ? timed_forward_sample(fb, running_)
                                            : timed_forward(fb);
@@ -357,6 +388,11 @@ bool Scheduler::device_sampling() const {
   return runner_.samples_on_device();
 }
 
+bool Scheduler::host_sampling(const std::vector<Req*>& reqs) const {
+  return encoder_decoder_ ||
+         std::any_of(reqs.begin(), reqs.end(), [](const Req* r) { return r->logit_rules; });
+}
+
 std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
   if (!r.sampling.has_penalties()) return {};
   if (!r.penalties) r.penalties.emplace(r.origin_input_ids, r.output_ids);
@@ -412,6 +448,11 @@ Status Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vect
 
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
   const Clock::time_point start = Clock::now();
+  if (r.logit_rules) {
+    ruled_logits_.assign(logits.begin(), logits.end());
+    r.logit_rules->apply(ruled_logits_, r.output_len());
+    logits = ruled_logits_;
+  }
   const SampledToken t = sample(logits, r.sampling, penalty_entries(r), r.seed, r.output_len());
   time_.sample_seconds += seconds(Clock::now() - start);
   accept_sampled(r, t);

@@ -18,11 +18,22 @@
 // Finished requests (stop token, stop string, length) give their KV to the prefix cache; aborted
 // ones free it. A forward that fails with an expected error (a device buffer that cannot grow)
 // fails the requests of its batch (FinishKind::kError, KV freed) and the next step goes on.
+//
+// Encoder-decoder models (SchedulerOptions::encoder set; Whisper): a request's prefill takes its
+// whole row, [encoder region | prompt + output so far], laid out by mem::prepare_extend with the
+// EncoderSplit; the batch carries the request's encoder input (ForwardBatch::encoder_inputs) and
+// the runner runs the encoder on it as part of that forward, storing its cross-attention K/V once
+// in the encoder region. Such a prefill is never chunked and shares nothing (the engine gives
+// these models a ChunkCache); decode steps (mem::prepare_decode with the same split) batch
+// continuously across requests as for decoder-only models, a failed forward fails its batch as
+// for any other, and a retracted request recomputes its encoder on readmission. Requests with
+// logit rules (logit_rules.h) sample on the host.
 #pragma once
 
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -34,6 +45,7 @@
 #include "kvserve/engine/schedule_policy.h"
 #include "kvserve/engine/stream_dispatcher.h"
 #include "kvserve/mem/allocation.h"
+#include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/batch_runner.h"
 #include "kvserve/tokenizer/tokenizer.h"
@@ -47,6 +59,9 @@ struct SchedulerOptions {
   double schedule_conservativeness = 1.0;
   std::vector<int32_t> eos_token_ids;
   uint64_t seed = 42;  // for the random policy
+  // Encoder-decoder models: how rows lay out their encoder regions (the runner's page size and
+  // encoder KV layout); nullopt for decoder-only models.
+  std::optional<mem::EncoderSplit> encoder;
 };
 
 struct SchedulerStats {
@@ -118,7 +133,11 @@ class Scheduler {
   // FinishKind::kError naming `why`, its KV and row are freed (not cached), and the scheduler goes
   // on with the others.
   void fail_batch(const std::vector<Req*>& batch, const Status& why);
-  Status timed_forward(mem::ForwardBatch& batch);  // runner_.forward into logits_, timed
+  // Whether `reqs` sample on the host whatever the device: an encoder-decoder model (its logits
+  // come to the host) or a request with logit rules.
+  bool host_sampling(const std::vector<Req*>& reqs) const;
+  // runner_.forward into logits_ (the encoder first on batch.encoder_inputs), timed
+  Status timed_forward(mem::ForwardBatch& batch);
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
   Status timed_forward_greedy(mem::ForwardBatch& batch);
   // Whether batches sample on the device (BatchRunner::samples_on_device): every row's token is
@@ -140,6 +159,7 @@ class Scheduler {
   mem::HostKvMemory kv_;
   mem::PrefixCache& cache_;  // kv_'s
   mem::KvMemory memory_;     // kv_'s view
+  const bool encoder_decoder_;  // options_.encoder is set
   const tokenizer::Tokenizer* tokenizer_;
   SchedulerOptions options_;
   Metrics* metrics_;
@@ -160,6 +180,7 @@ class Scheduler {
   int64_t failed_batches_ = 0;
   SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
+  std::vector<float> ruled_logits_;  // a row with its request's logit rules applied
   std::vector<int32_t> greedy_tokens_;
   // forward_sample's inputs and outputs, reused every step.
   std::vector<ops::SampleRowParams> sample_rows_;

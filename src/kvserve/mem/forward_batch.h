@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kvserve/mem/device_req_to_token.h"
@@ -49,6 +50,11 @@ struct ForwardBatch {
   std::vector<int32_t> encoder_lens;
   // Slots for encoder K/V computed in this forward (request-major), empty when they are cached.
   std::vector<int32_t> encoder_out_cache_loc;
+  // The encoder's inputs for those slots (host memory borrowed from the requests for this
+  // forward; Whisper: log-mel features), one per request whose encoder K/V this forward stores,
+  // in the order of encoder_out_cache_loc: the runner runs the encoder on them first (the encoder
+  // is part of the prefill). Empty for a decode step or a decoder-only model.
+  std::vector<std::span<const float>> encoder_inputs;
 
   // The host row ranges a device mirror of req_to_token copies before this forward's new slots
   // (device_req_to_token.h), request-major: request b's range starts at row position start[b]

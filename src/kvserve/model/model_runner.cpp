@@ -1,12 +1,18 @@
 #include "kvserve/model/model_runner.h"
 
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include "kvserve/core/logging.h"
 #include "kvserve/core/progress.h"
 
 #include <fmt/format.h>
 
+#include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/common.h"
 #include "kvserve/platform/kernel_switches_env.h"
 #include "kvserve/platform/ops/sampling.h"
@@ -29,7 +35,58 @@ std::string mib(size_t bytes) {
   return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
 }
 
+// The default number of request rows, and the KV slots a memory fraction buys (capped at
+// `cap_tokens`, what every row filled can use); `tokens` as given when positive.
+int32_t default_rows(const ModelRunnerOptions& o, bool on_cpu) {
+  return o.max_running_requests > 0 ? o.max_running_requests
+         : on_cpu                   ? kCpuDefaultMaxRunning
+                                    : kGpuDefaultMaxRunning;
+}
+
+int64_t kv_tokens(platform::Platform& platform, const ModelRunnerOptions& o,
+                  const mem::KvPoolConfig& pool, int64_t cap_tokens) {
+  if (o.max_total_tokens > 0) return o.max_total_tokens;
+  const bool on_cpu = platform.device().is_cpu();
+  const double fraction = o.mem_fraction_static > 0 ? o.mem_fraction_static
+                          : on_cpu                  ? kCpuDefaultMemFraction
+                                                    : kGpuDefaultMemFraction;
+  size_t budget = static_cast<size_t>(platform.memory_info().free_bytes * fraction);
+  if (o.mem_fraction_static == 0 && on_cpu) budget = std::min(budget, kCpuDefaultKvCap);
+  return std::min<int64_t>(static_cast<int64_t>(budget / pool.bytes_per_token()), cap_tokens);
+}
+
+// What the scheduler and the engine read of a Whisper checkpoint, as a ModelConfig: the decoder's
+// shape, vocabulary and eos ids (generation_config.json's first).
+checkpoint::ModelConfig describe_whisper(const checkpoint::WhisperConfig& c,
+                                         const checkpoint::WhisperGenerationConfig& g) {
+  checkpoint::ModelConfig m;
+  m.architecture_name = "WhisperForConditionalGeneration";
+  m.model_type = "whisper";
+  m.vocab_size = c.vocab_size;
+  m.hidden_size = c.d_model;
+  m.num_hidden_layers = c.decoder_layers;
+  m.num_attention_heads = c.decoder_attention_heads;
+  m.num_key_value_heads = c.decoder_attention_heads;
+  m.head_dim = c.decoder_head_dim();
+  m.max_position_embeddings = c.max_target_positions;
+  m.tie_word_embeddings = true;
+  m.hidden_act = "gelu";
+  m.eos_token_ids = g.eos_token_ids.empty() ? c.eos_token_ids : g.eos_token_ids;
+  return m;
+}
+
 }  // namespace
+
+bool is_whisper_checkpoint(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  const auto it = j.find("model_type");
+  return it != j.end() && it->is_string() && it->get<std::string>() == "whisper";
+}
 
 ModelRunner::~ModelRunner() {
   graphs_.reset();
@@ -55,11 +112,31 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   r->page_size_ = o.page_size;
   const Device device = o.device;
   // The model and the options against the backend's capabilities first: nothing is loaded yet.
-  KV_ASSIGN_OR_RETURN(const checkpoint::ModelConfig config,
-                      checkpoint::load_model_config(model_dir));
-  const attention::AttentionBackendKind backend_kind =
+  const bool whisper = is_whisper_checkpoint(model_dir);
+  checkpoint::ModelConfig config;
+  std::optional<checkpoint::WhisperConfig> whisper_config;
+  attention::AttentionRequirements need;
+  attention::AttentionBackendKind backend_kind =
       o.attention_backend.value_or(attention::default_attention_backend(device.kind));
-  const attention::AttentionRequirements need = attention_requirements(config, o);
+  if (whisper) {
+    KV_ASSIGN_OR_RETURN(whisper_config, checkpoint::load_whisper_config(model_dir));
+    // The ragged layout with pages over 1 starts the decoder region inside a page: the CUDA
+    // default is then cuda-ragged (cuda-paged reads whole pages; the check below refuses it).
+    if (!o.attention_backend && !device.is_cpu() &&
+        o.encoder_kv_layout == mem::EncoderKvLayout::kRagged && o.page_size > 1) {
+      backend_kind = attention::AttentionBackendKind::kCudaRagged;
+    }
+    need = whisper_attention_requirements(*whisper_config, o);
+    if (o.kv_cache_dtype.has_value()) {
+      return invalid_argument(
+          "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype "
+          "(auto)",
+          dtype_name(*o.kv_cache_dtype));
+    }
+  } else {
+    KV_ASSIGN_OR_RETURN(config, checkpoint::load_model_config(model_dir));
+    need = attention_requirements(config, o);
+  }
   KV_RETURN_IF_ERROR(attention::check_attention_support(backend_kind, need));
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
   r->platform_->set_allocation_faults(o.allocation_faults);
@@ -73,6 +150,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     r->stream_ = std::make_unique<platform::Stream>(*r->platform_);
     r->platform_->set_current_stream(r->stream_->handle());
   }
+  if (whisper) {
+    KV_RETURN_IF_ERROR(r->load_whisper(model_dir, *whisper_config, backend_kind, o));
+    return r;
+  }
+  r->config_ = config;
   KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(model_dir));
   {
     std::optional<ProgressBar> bar;
@@ -102,20 +184,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
                          .size = 0,
                          .page_size = o.page_size,
                          .dtype = kv_dtype};
-  int64_t tokens = o.max_total_tokens;
-  if (tokens <= 0) {
-    const double fraction = o.mem_fraction_static > 0 ? o.mem_fraction_static
-                            : on_cpu                  ? kCpuDefaultMemFraction
-                                                      : kGpuDefaultMemFraction;
-    size_t budget = static_cast<size_t>(r->platform_->memory_info().free_bytes * fraction);
-    if (o.mem_fraction_static == 0 && on_cpu) budget = std::min(budget, kCpuDefaultKvCap);
-    tokens = static_cast<int64_t>(budget / pool.bytes_per_token());
-    // More slots than every row filled to the context can never be used.
-    const int32_t rows_for_cap = o.max_running_requests > 0 ? o.max_running_requests
-                                 : on_cpu                   ? kCpuDefaultMaxRunning
-                                                            : kGpuDefaultMaxRunning;
-    tokens = std::min<int64_t>(tokens, int64_t{rows_for_cap} * (r->context_len_ + kContextSlack));
-  }
+  const int32_t rows = default_rows(o, on_cpu);
+  // More slots than every row filled to the context can never be used.
+  int64_t tokens =
+      kv_tokens(*r->platform_, o, pool, int64_t{rows} * (r->context_len_ + kContextSlack));
   tokens = mem::floor_align(tokens, o.page_size);
   if (tokens < o.page_size) {
     return out_of_memory("no room for a KV cache: {} tokens ({} per token)", tokens,
@@ -123,9 +195,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   }
   pool.size = tokens;
   KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
-  r->max_running_ = o.max_running_requests > 0 ? o.max_running_requests
-                    : on_cpu                   ? kCpuDefaultMaxRunning
-                                               : kGpuDefaultMaxRunning;
+  r->max_running_ = rows;
   r->row_len_ = r->context_len_ + kContextSlack;
   if (!on_cpu) {
     // The device attention backends read rows through this mirror (device_req_to_token.h) of
@@ -170,6 +240,128 @@ attention::AttentionRequirements ModelRunner::attention_requirements(
   return need;
 }
 
+attention::AttentionRequirements ModelRunner::whisper_attention_requirements(
+    const checkpoint::WhisperConfig& config, const ModelRunnerOptions& o) {
+  attention::AttentionRequirements need;
+  need.head_dim_field = "d_model / decoder_attention_heads";
+  need.heads_field = "decoder_attention_heads";
+  need.kv_heads_field = "decoder_attention_heads";
+  need.num_q_heads = config.decoder_attention_heads;
+  need.num_kv_heads = config.decoder_attention_heads;
+  need.head_dim = config.decoder_head_dim();
+  need.cross_attention = true;
+  need.ragged_encoder_rows = o.encoder_kv_layout == mem::EncoderKvLayout::kRagged;
+  need.page_size = o.page_size;
+  need.kv_dtype = o.device.is_cpu() ? DType::kF32 : DType::kBF16;  // the compute dtype
+  need.device = o.device.kind;
+  return need;
+}
+
+Status ModelRunner::load_whisper(const std::filesystem::path& dir,
+                                 const checkpoint::WhisperConfig& c,
+                                 attention::AttentionBackendKind backend_kind,
+                                 const ModelRunnerOptions& o) {
+  const bool on_cpu = platform_->device().is_cpu();
+  encoder_kv_layout_ = o.encoder_kv_layout;
+  KV_ASSIGN_OR_RETURN(whisper_generation_, checkpoint::load_whisper_generation_config(dir));
+  KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(dir));
+  KV_ASSIGN_OR_RETURN(whisper_, WhisperModel::load(c, *weights, *platform_));
+  KV_ASSIGN_OR_RETURN(backend_, attention::create_attention_backend(backend_kind, *platform_));
+  config_ = describe_whisper(c, whisper_generation_);
+  // The decoder's limit counts the prompt and every generated token (transformers' max_length).
+  context_len_ = std::min(whisper_generation_.max_length.value_or(c.max_target_positions),
+                          c.max_target_positions);
+
+  // A full row: the encoder region (page-aligned in the aligned layout) and every decoder
+  // position; whole pages, since the allocator hands out pages.
+  const int64_t row_len = encoder_reserved_len(c.max_source_positions) + c.max_target_positions;
+  const mem::KvPoolConfig pool{.num_layers = c.decoder_layers,
+                               .num_kv_heads = c.decoder_attention_heads,
+                               .head_dim = c.decoder_head_dim(),
+                               .size = 0,
+                               .page_size = o.page_size,
+                               .dtype = whisper_->dtype()};
+  const int32_t rows = default_rows(o, on_cpu);
+  int64_t tokens =
+      kv_tokens(*platform_, o, pool, int64_t{rows} * mem::ceil_align(row_len, o.page_size));
+  tokens = mem::floor_align(tokens, o.page_size);
+  if (tokens < o.page_size) {
+    return out_of_memory("no room for a KV cache: {} tokens ({} per token)", tokens,
+                         mib(pool.bytes_per_token()));
+  }
+  mem::KvPoolConfig sized = pool;
+  sized.size = tokens;
+  KV_ASSIGN_OR_RETURN(kv_pool_, mem::MHATokenToKVPool::create(*platform_, sized));
+  // The scheduler's table (kv_shape): rows of the encoder region and every decoder position.
+  max_running_ = rows;
+  row_len_ = static_cast<int32_t>(row_len) + kContextSlack;
+  if (!on_cpu) {
+    // The device attention backends read rows, encoder region included, through this mirror.
+    KV_ASSIGN_OR_RETURN(req_to_token_device_,
+                        mem::DeviceReqToToken::create(*platform_, max_running_ + 1, row_len_));
+  }
+  return Status::ok();
+}
+
+WhisperModel& ModelRunner::whisper_model() {
+  KV_CHECK(whisper_ != nullptr, "not an encoder-decoder model");
+  return *whisper_;
+}
+
+const checkpoint::WhisperConfig& ModelRunner::whisper_config() const {
+  KV_CHECK(whisper_ != nullptr, "not an encoder-decoder model");
+  return whisper_->config();
+}
+
+const checkpoint::WhisperGenerationConfig& ModelRunner::whisper_generation_config() const {
+  KV_CHECK(whisper_ != nullptr, "not an encoder-decoder model");
+  return whisper_generation_;
+}
+
+int32_t ModelRunner::encoder_len() const {
+  return whisper_config().max_source_positions;
+}
+
+int32_t ModelRunner::encoder_reserved_len(int32_t encoder_len) const {
+  return mem::encoder_reserved_len(encoder_len, page_size_, encoder_kv_layout_);
+}
+
+int64_t ModelRunner::encoder_input_size() const {
+  const checkpoint::WhisperConfig& c = whisper_config();
+  return int64_t{c.num_mel_bins} * c.input_frames();
+}
+
+Result<const void*> ModelRunner::encode_inputs(const mem::ForwardBatch& batch) {
+  const std::span<const std::span<const float>> inputs = batch.encoder_inputs;
+  if (inputs.empty()) return static_cast<const void*>(nullptr);
+  const checkpoint::WhisperConfig& c = whisper_->config();
+  const auto n = static_cast<int64_t>(inputs.size());
+  KV_CHECK_EQ(static_cast<int64_t>(batch.encoder_out_cache_loc.size()), n * c.max_source_positions,
+              "encoder inputs and encoder slots disagree");
+  const int64_t rows = n * c.max_source_positions;
+  if (encoder_hidden_.empty() || encoder_hidden_.dim(0) < rows) {
+    encoder_hidden_ = Tensor();
+    KV_ASSIGN_OR_RETURN(encoder_hidden_, platform_->empty(whisper_->dtype(), {rows, c.d_model}));
+  }
+  const size_t bytes =
+      static_cast<size_t>(c.max_source_positions) * c.d_model * dtype_size(whisper_->dtype());
+  auto* out = encoder_hidden_.data_as<uint8_t>();
+  std::chrono::steady_clock::time_point start;
+  if (encoder_timing_) {
+    platform_->synchronize();
+    start = std::chrono::steady_clock::now();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    KV_RETURN_IF_ERROR(whisper_->encode(inputs[i], out + i * bytes));
+  }
+  if (encoder_timing_) {
+    platform_->synchronize();
+    last_encoder_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return static_cast<const void*>(encoder_hidden_.data());
+}
+
 void ModelRunner::bind(mem::ForwardBatch& batch) {
   KV_CHECK(batch.req_to_token != nullptr, "a batch from make_forward_batch");
   KV_CHECK(req_to_token_device_ == nullptr || req_to_token_device_->mirrors(*batch.req_to_token),
@@ -192,12 +384,42 @@ bool ModelRunner::use_graph(mem::ForwardBatch& batch) {
 }
 
 Status ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) {
+  if (whisper_ != nullptr) {
+    bind(batch);
+    KV_RETURN_IF_ERROR(prepare(batch));
+    KV_ASSIGN_OR_RETURN(const void* hidden, encode_inputs(batch));
+    return whisper_->forward(batch, *backend_, logits, hidden);
+  }
   if (use_graph(batch)) return graphs_->replay(batch, &logits, nullptr);
   KV_RETURN_IF_ERROR(prepare(batch));
   return model_->forward(batch, *backend_, logits);
 }
 
+Status ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+                            std::span<const std::span<const float>> encoder_inputs) {
+  batch.encoder_inputs.assign(encoder_inputs.begin(), encoder_inputs.end());
+  return forward(batch, logits);
+}
+
+Status ModelRunner::forward_encoded(mem::ForwardBatch& batch, std::vector<float>& logits,
+                                    const void* encoder_hidden) {
+  KV_CHECK(whisper_ != nullptr, "not an encoder-decoder model");
+  bind(batch);
+  KV_RETURN_IF_ERROR(prepare(batch));
+  return whisper_->forward(batch, *backend_, logits, encoder_hidden);
+}
+
 Status ModelRunner::forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) {
+  if (whisper_ != nullptr) {  // Whisper's logits come to the host: the argmax is taken there
+    KV_RETURN_IF_ERROR(forward(batch, host_logits_));
+    const int64_t vocab = config_.vocab_size;
+    tokens.resize(batch.logits_indices.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const float* row = host_logits_.data() + static_cast<int64_t>(i) * vocab;
+      tokens[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+    return Status::ok();
+  }
   if (use_graph(batch)) return graphs_->replay(batch, nullptr, &tokens);
   KV_RETURN_IF_ERROR(prepare(batch));
   return model_->forward_greedy(batch, *backend_, tokens);
@@ -261,7 +483,7 @@ Status ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInput
   params.rows = rows;
   params.vocab = vocab;
   params.ld = vocab;
-  if (platform_->device().is_cpu()) {
+  if (platform_->device().is_cpu() || whisper_ != nullptr) {  // logits on the host
     KV_RETURN_IF_ERROR(forward(batch, host_logits_));
     copy_raw_rows(host_logits_.data(), platform::CopyKind::kHostToHost);
     params.logits = host_logits_.data();
@@ -272,7 +494,7 @@ Status ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInput
     }
     params.out_tokens = tokens.data();
     params.out_logprobs = logprobs != nullptr ? logprobs->data() : nullptr;
-    ops::sample_rows(*platform_, params);
+    ops::cpu::sample_rows(params);  // host logits, on any device
     return Status::ok();
   }
   if (rows == 0) {  // a prefill of intermediate chunks only: nothing to sample
@@ -332,6 +554,17 @@ Status ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInput
 
 std::string ModelRunner::summary() const {
   const mem::KvPoolConfig& p = kv_pool_->config();
+  if (whisper_ != nullptr) {
+    const checkpoint::WhisperConfig& c = whisper_->config();
+    return fmt::format(
+        "{} {}+{}L/{}H on {}: weights {}; KV cache {} x {} tokens ({}), page size {}, encoder KV "
+        "layout {}; max_running_requests {}, decoder context {}; attention backend {}",
+        config_.architecture_name, c.encoder_layers, c.decoder_layers, c.decoder_attention_heads,
+        platform_->device().to_string(), mib(whisper_->weight_bytes()), dtype_name(p.dtype), p.size,
+        mib(p.bytes_per_token() * (p.size + p.page_size)), p.page_size,
+        mem::encoder_kv_layout_name(encoder_kv_layout_), max_running_, context_len_,
+        backend_->name());
+  }
   return fmt::format(
       "{} {} on {}: weights {}; KV cache {} x {} tokens ({}), page size {}; "
       "max_running_requests {}, context {}; attention backend {}{}",

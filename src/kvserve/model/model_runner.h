@@ -9,6 +9,15 @@
 // exist. The host side of the KV memory (request-to-token table, slot allocator, prefix cache)
 // belongs to whoever schedules: a mem::HostKvMemory of this runner's kv_shape(). The runner
 // reads the host table only through the batches built from it (BatchRunner).
+//
+// The model is a decoder-only CausalLM or, for a checkpoint whose config.json says model_type
+// "whisper", the encoder-decoder WhisperModel (is_encoder_decoder()): its KV pool holds the
+// decoder's layers in the compute dtype, each request row is [encoder region | decoder region]
+// in the encoder KV layout of the options (mem/encoder_layout.h; batches built with
+// mem::EncoderSplit{page_size(), encoder_kv_layout()}), and a forward whose batch carries
+// encoder inputs (ForwardBatch::encoder_inputs) runs the encoder on them first (the encoder is
+// part of the prefill; its cross-attention K/V are stored once, at batch.encoder_out_cache_loc).
+// config() describes either model to the scheduler and the engine (vocabulary, eos, layers).
 #pragma once
 
 #include <filesystem>
@@ -20,12 +29,15 @@
 
 #include "kvserve/attention/backend.h"
 #include "kvserve/attention/capabilities.h"
+#include "kvserve/checkpoint/whisper_config.h"
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/model/batch_runner.h"
 #include "kvserve/model/causal_lm.h"
 #include "kvserve/model/decode_graph_runner.h"
+#include "kvserve/model/whisper_model.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/ops/sampling_params.h"
 
@@ -60,7 +72,16 @@ struct ModelRunnerOptions {
   // The CUDA kernels' A/B switches (platform/kernel_switches.h), set on the runner's platform and
   // logged once at creation on a device; the command line fills them from the environment.
   platform::KernelSwitches kernel_switches;
+  // Encoder-decoder (Whisper) checkpoints: where each row's decoder region starts (aligned: on a
+  // page boundary; ragged: right after the encoder). With the ragged layout and pages over 1, the
+  // CUDA default backend is cuda-ragged (cuda-paged reads whole pages and is refused by the
+  // capability check).
+  mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;
 };
+
+// True when <dir>/config.json reads and its model_type is "whisper" (ModelRunner then runs a
+// WhisperModel).
+bool is_whisper_checkpoint(const std::filesystem::path& dir);
 
 class ModelRunner final : public BatchRunner {
  public:
@@ -72,9 +93,12 @@ class ModelRunner final : public BatchRunner {
   // What the model in `config` asks of attention with `options` (the capability check's input).
   static attention::AttentionRequirements attention_requirements(
       const checkpoint::ModelConfig& config, const ModelRunnerOptions& options);
+  // The same for a Whisper checkpoint (its decoder's self- and cross-attention).
+  static attention::AttentionRequirements whisper_attention_requirements(
+      const checkpoint::WhisperConfig& config, const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  const checkpoint::ModelConfig& config() const { return model_->config(); }
+  const checkpoint::ModelConfig& config() const { return config_; }
   platform::Platform& platform() { return *platform_; }
   // Device platforms: the req_to_token mirror the device backends read (null on the CPU).
   mem::DeviceReqToToken* req_to_token_device() { return req_to_token_device_.get(); }
@@ -96,12 +120,37 @@ class ModelRunner final : public BatchRunner {
   int32_t context_len() const override { return context_len_; }
   bool samples_on_device() const override { return !platform_->device().is_cpu(); }
 
+  // Encoder-decoder models (Whisper); the accessors below CHECK that the model is one.
+  bool is_encoder_decoder() const { return whisper_ != nullptr; }
+  WhisperModel& whisper_model();
+  const checkpoint::WhisperConfig& whisper_config() const;
+  const checkpoint::WhisperGenerationConfig& whisper_generation_config() const;
+  mem::EncoderKvLayout encoder_kv_layout() const { return encoder_kv_layout_; }
+  // Positions one encoder output fills (max_source_positions), and the positions the encoder
+  // region of a row takes in this runner's layout (the decoder region starts there).
+  int32_t encoder_len() const;
+  int32_t encoder_reserved_len(int32_t encoder_len) const;
+  // The encoder inputs' expected size (num_mel_bins * input_frames floats).
+  int64_t encoder_input_size() const;
+
   // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab]. A decode
   // batch that fits a captured graph replays it instead (same kernels, padded to the bucket).
   // kOutOfMemory when a device buffer this forward needs (activations, attention metadata, page
   // lists, split workspace, sampling buffers) cannot grow: the outputs are garbage, the batch's
   // KV slots hold nothing usable, and the runner serves the next forward normally.
+  // Encoder-decoder models: the encoder runs first on batch.encoder_inputs (host memory; one per
+  // request of batch.encoder_lens > 0 whose encoder K/V this forward stores, in the order of
+  // batch.encoder_out_cache_loc; sizes checked by the caller: encoder_input_size()): the encoder
+  // is the first part of the prefill, its outputs' cross K/V stored by the decoder's forward.
   Status forward(mem::ForwardBatch& batch, std::vector<float>& logits) override;
+  // The same with `encoder_inputs` as the batch's encoder inputs.
+  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+                 std::span<const std::span<const float>> encoder_inputs);
+  // Encoder-decoder models: the decoder's forward over encoder outputs the caller computed
+  // (`encoder_hidden`: device memory of the model's dtype, request-major in the order of
+  // batch.encoder_out_cache_loc; WhisperModel::encode), for reference decoding and tests.
+  Status forward_encoded(mem::ForwardBatch& batch, std::vector<float>& logits,
+                         const void* encoder_hidden);
   // The same, keeping only each row's argmax (computed on the device).
   Status forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) override;
 
@@ -115,6 +164,12 @@ class ModelRunner final : public BatchRunner {
   Status forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
                         std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
                         std::vector<float>* raw_logits = nullptr) override;
+
+  // Encoder-decoder models, for bench-one-batch: while on, a forward that runs the encoder
+  // synchronizes the device before and after it and records the encoder's seconds
+  // (last_encoder_seconds). Off while serving.
+  void set_encoder_timing(bool on) { encoder_timing_ = on; }
+  double last_encoder_seconds() const { return last_encoder_seconds_; }
 
   // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
   // without them.
@@ -136,12 +191,25 @@ class ModelRunner final : public BatchRunner {
   Status reserve_sampling_buffers(int64_t rows, const SamplingInputs& sampling, bool logprobs);
   // Binds `batch` (every forward starts here), then whether it replays a decode graph.
   bool use_graph(mem::ForwardBatch& batch);
+  // Whisper: the model, its KV pool, rows and backend (create() after the platform).
+  Status load_whisper(const std::filesystem::path& model_dir, const checkpoint::WhisperConfig& config,
+                      attention::AttentionBackendKind backend, const ModelRunnerOptions& options);
+  // Whisper: the encoder over batch.encoder_inputs into encoder_hidden_; null when there are none.
+  Result<const void*> encode_inputs(const mem::ForwardBatch& batch);
 
   std::unique_ptr<platform::Platform> platform_;
   // Device platforms: the stream every forward of this runner runs on (the platform's current
   // stream), so that eager forwards and graph replays are ordered and graphs can be captured.
   std::unique_ptr<platform::Stream> stream_;
-  std::unique_ptr<CausalLM> model_;
+  checkpoint::ModelConfig config_;
+  std::unique_ptr<CausalLM> model_;  // decoder-only checkpoints
+  // Encoder-decoder (Whisper) checkpoints, instead of model_.
+  std::unique_ptr<WhisperModel> whisper_;
+  checkpoint::WhisperGenerationConfig whisper_generation_;
+  mem::EncoderKvLayout encoder_kv_layout_ = mem::EncoderKvLayout::kAligned;
+  Tensor encoder_hidden_;  // the encoder outputs of one prefill, grown on demand
+  bool encoder_timing_ = false;
+  double last_encoder_seconds_ = 0;
   std::unique_ptr<mem::DeviceReqToToken> req_to_token_device_;
   std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;
   std::unique_ptr<attention::AttentionBackend> backend_;

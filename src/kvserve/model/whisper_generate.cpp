@@ -35,29 +35,6 @@ class KvRelease {
 
 }  // namespace
 
-Result<std::vector<int32_t>> whisper_prompt(const checkpoint::WhisperConfig& c,
-                                            const checkpoint::WhisperGenerationConfig& g,
-                                            const WhisperGenerateOptions& o) {
-  const std::optional<int32_t> start =
-      g.decoder_start_token_id ? g.decoder_start_token_id : c.decoder_start_token_id;
-  if (!start) return invalid_argument("Whisper: no decoder_start_token_id in the configs");
-  std::vector<int32_t> prompt = {*start};
-  if (g.is_multilingual) {
-    const std::optional<int32_t> lang = g.language_id(o.language);
-    if (!lang) {
-      return invalid_argument("Whisper: unknown language '{}' (not in lang_to_id)", o.language);
-    }
-    const std::optional<int32_t> task = g.task_id(o.task);
-    if (!task) return invalid_argument("Whisper: unknown task '{}' (not in task_to_id)", o.task);
-    prompt.push_back(*lang);
-    prompt.push_back(*task);
-  }
-  if (!g.return_timestamps && g.no_timestamps_token_id) {
-    prompt.push_back(*g.no_timestamps_token_id);
-  }
-  return prompt;
-}
-
 int32_t whisper_pick_token(std::span<const float> suppressed_row, float temperature, uint64_t seed,
                            int64_t step) {
   if (temperature <= 0.0f) return argmax(suppressed_row);
@@ -112,7 +89,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
                               r.temperature);
     }
     if (r.prompt.empty()) {
-      KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o));
+      KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o.language, o.task));
     } else {
       results[b].prompt = r.prompt;
     }
@@ -142,7 +119,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   const mem::KvMemory memory = runner.memory();
   std::vector<mem::KvReqState> states(bs);
   KvRelease release(memory, states);
-  const mem::EncoderSplit split{runner.options().page_size, runner.options().layout};
+  const mem::EncoderSplit split = runner.encoder_split();
   std::vector<mem::BatchEntry> entries;
   for (int32_t b = 0; b < bs; ++b)
     entries.push_back({&states[b], results[b].prompt, encoder_lens[b]});

@@ -1,4 +1,4 @@
-#include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/model/whisper_front_end.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,25 +10,41 @@
 
 namespace kvserve::model {
 
-bool is_whisper_checkpoint(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "config.json");
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return false;
-  const auto it = j.find("model_type");
-  return it != j.end() && it->is_string() && it->get<std::string>() == "whisper";
+Result<std::vector<int32_t>> whisper_prompt(const checkpoint::WhisperConfig& c,
+                                            const checkpoint::WhisperGenerationConfig& g,
+                                            std::string_view language, std::string_view task) {
+  const std::optional<int32_t> start =
+      g.decoder_start_token_id ? g.decoder_start_token_id : c.decoder_start_token_id;
+  if (!start) return invalid_argument("Whisper: no decoder_start_token_id in the configs");
+  std::vector<int32_t> prompt = {*start};
+  if (g.is_multilingual) {
+    const std::optional<int32_t> lang = g.language_id(std::string(language));
+    if (!lang) {
+      return invalid_argument("Whisper: unknown language '{}' (not in lang_to_id)", language);
+    }
+    const std::optional<int32_t> task_id = g.task_id(std::string(task));
+    if (!task_id) {
+      return invalid_argument("Whisper: unknown task '{}' (not in task_to_id)", task);
+    }
+    prompt.push_back(*lang);
+    prompt.push_back(*task_id);
+  }
+  if (!g.return_timestamps && g.no_timestamps_token_id) {
+    prompt.push_back(*g.no_timestamps_token_id);
+  }
+  return prompt;
 }
 
-Result<std::unique_ptr<WhisperTranscriber>> WhisperTranscriber::load(
-    const std::filesystem::path& dir, const WhisperRunnerOptions& options) {
-  std::unique_ptr<WhisperTranscriber> t(new WhisperTranscriber());
-  KV_ASSIGN_OR_RETURN(t->runner_, WhisperRunner::create(dir, options));
+Result<std::unique_ptr<WhisperFrontEnd>> WhisperFrontEnd::load(
+    const std::filesystem::path& dir, const checkpoint::WhisperConfig& config,
+    const checkpoint::WhisperGenerationConfig& generation) {
+  std::unique_ptr<WhisperFrontEnd> t(new WhisperFrontEnd());
+  t->config_ = config;
+  t->generation_ = generation;
   KV_ASSIGN_OR_RETURN(t->tokenizer_, tokenizer::Tokenizer::from_directory(dir));
 
   // The feature extractor: preprocessor_config.json, or Whisper's defaults without one.
-  const checkpoint::WhisperConfig& c = t->runner_->config();
+  const checkpoint::WhisperConfig& c = t->config_;
   audio::LogMelConfig mel_config;
   mel_config.feature_size = c.num_mel_bins;
   const std::filesystem::path pre = dir / "preprocessor_config.json";
@@ -49,11 +65,11 @@ Result<std::unique_ptr<WhisperTranscriber>> WhisperTranscriber::load(
   return t;
 }
 
-Status WhisperTranscriber::check_language_and_task(const std::string& language,
-                                                   const std::string& task,
-                                                   std::string_view language_flag,
-                                                   std::string_view task_flag) const {
-  const checkpoint::WhisperGenerationConfig& g = runner_->generation_config();
+Status WhisperFrontEnd::check_language_and_task(const std::string& language,
+                                                const std::string& task,
+                                                std::string_view language_flag,
+                                                std::string_view task_flag) const {
+  const checkpoint::WhisperGenerationConfig& g = generation_;
   if (g.is_multilingual) {
     if (!g.language_id(language)) {
       return invalid_argument("{}: unknown language '{}' (not in the model's lang_to_id)",
@@ -70,12 +86,16 @@ Status WhisperTranscriber::check_language_and_task(const std::string& language,
       return invalid_argument("{} {}: this model is English-only", task_flag, task);
     }
   }
-  const WhisperGenerateOptions gopt{.language = language, .task = task};
-  return whisper_prompt(runner_->config(), g, gopt).status();
+  return whisper_prompt(config_, g, language, task).status();
 }
 
-Result<PreparedAudio> WhisperTranscriber::finish(Result<audio::AudioClip> clip,
-                                                 std::string_view name) const {
+Result<std::vector<int32_t>> WhisperFrontEnd::prompt(std::string_view language,
+                                                     std::string_view task) const {
+  return whisper_prompt(config_, generation_, language, task);
+}
+
+Result<PreparedAudio> WhisperFrontEnd::finish(Result<audio::AudioClip> clip,
+                                              std::string_view name) const {
   const audio::LogMelConfig& mc = mel_->config();
   if (!clip.is_ok()) {
     // audio_file.h's message for a clip over the limit; say why there is a limit.
@@ -95,16 +115,16 @@ Result<PreparedAudio> WhisperTranscriber::finish(Result<audio::AudioClip> clip,
   return out;
 }
 
-Result<PreparedAudio> WhisperTranscriber::prepare_file(const std::filesystem::path& path) const {
+Result<PreparedAudio> WhisperFrontEnd::prepare_file(const std::filesystem::path& path) const {
   return finish(audio::decode_audio_file(path, max_seconds()), path.string());
 }
 
-Result<PreparedAudio> WhisperTranscriber::prepare_bytes(std::span<const uint8_t> bytes,
-                                                        std::string_view name) const {
+Result<PreparedAudio> WhisperFrontEnd::prepare_bytes(std::span<const uint8_t> bytes,
+                                                     std::string_view name) const {
   return finish(audio::decode_audio_bytes(bytes, max_seconds(), name), name);
 }
 
-std::string WhisperTranscriber::text(const std::vector<int32_t>& tokens) const {
+std::string WhisperFrontEnd::text(const std::vector<int32_t>& tokens) const {
   const std::string s = tokenizer_->decode(tokens, /*skip_special_tokens=*/true);
   const auto first = s.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) return {};
