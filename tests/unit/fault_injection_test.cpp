@@ -130,21 +130,25 @@ TEST(FaultInjection, FailedPrefillFailsOnlyItsBatch) {
 TEST(FaultInjection, FailedDecodeStepFailsItsRequestsAndServingGoesOn) {
   auto faults = std::make_shared<platform::AllocationFaults>();
   TestServer s(faulty_options(faults));
-  // Two one-token prompts prefilled one at a time: the workspace holds one token until the first
-  // decode step of both together (2 tokens) has to grow it.
-  auto a = submit(s.engine(), {101}, 16);
-  ASSERT_EQ(read(*a, 1).tokens.size(), 1u);
+  // a and b (one-token prompts, long outputs so that they are still decoding when c arrives):
+  // once b has its second token, a decode step of both has run, so the workspace holds 2 tokens.
+  // c's prefill (1 token) needs no growth; the next decode step (a, b, c: 3 tokens) does.
+  auto a = submit(s.engine(), {101}, 1500);
+  auto b = submit(s.engine(), {202}, 1500);
+  ASSERT_EQ(read(*b, 2).tokens.size(), 2u);
   faults->arm(1);
-  auto b = submit(s.engine(), {202}, 16);
+  auto c = submit(s.engine(), {303}, 16);
   const Outcome rest_a = read(*a);
   const Outcome rest_b = read(*b);
+  const Outcome rest_c = read(*c);
   EXPECT_EQ(faults->injected(), 1);
-  EXPECT_EQ(rest_a.finish.kind, engine::FinishKind::kError);
-  EXPECT_EQ(rest_b.finish.kind, engine::FinishKind::kError);
-  EXPECT_NE(rest_a.finish.message.find("injected fault"), std::string::npos)
-      << rest_a.finish.message;
-  // b's prefill ran (one token, no growth) before the failed step: one token, then the error.
-  EXPECT_EQ(rest_b.tokens.size(), 1u);
+  for (const Outcome* o : {&rest_a, &rest_b, &rest_c}) {
+    EXPECT_EQ(o->finish.kind, engine::FinishKind::kError);
+    EXPECT_NE(o->finish.message.find("injected fault"), std::string::npos) << o->finish.message;
+  }
+  EXPECT_LT(rest_a.tokens.size(), 1500u);
+  // c's prefill ran (one token, no growth) before the failed step: one token, then the error.
+  EXPECT_EQ(rest_c.tokens.size(), 1u);
 
   // Non-streaming: the failed request's body is the OpenAI-style error document.
   faults->arm(1);

@@ -15,10 +15,15 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kvserve/engine/scheduler.h"
+#include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/mem/common.h"
+#include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/mem/invariants.h"
 #include "kvserve/model/batch_runner.h"
@@ -69,34 +74,66 @@ class FakeRunner final : public model::BatchRunner {
   int32_t context_len() const override { return kContext; }
   bool samples_on_device() const override { return on_device_; }
 
-  void forward(mem::ForwardBatch& batch, std::vector<float>& logits) override {
+  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits) override {
+    KV_RETURN_IF_ERROR(maybe_fail());
     const std::vector<int32_t> tokens = run(batch);
     logits.assign(tokens.size() * kVocab, 0.0f);
     for (size_t r = 0; r < tokens.size(); ++r)
       logits[r * kVocab + tokens[r]] = 1.0f;
+    return Status::ok();
   }
-  void forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) override {
+  Status forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) override {
+    KV_RETURN_IF_ERROR(maybe_fail());
     ++greedy_forwards;
     tokens = run(batch);
+    return Status::ok();
   }
-  void forward_sample(mem::ForwardBatch& batch, const model::SamplingInputs& sampling,
-                      std::vector<int32_t>& tokens, std::vector<float>* logprobs,
-                      std::vector<float>* /*raw_logits*/) override {
+  Status forward_sample(mem::ForwardBatch& batch, const model::SamplingInputs& sampling,
+                        std::vector<int32_t>& tokens, std::vector<float>* logprobs,
+                        std::vector<float>* /*raw_logits*/) override {
+    KV_RETURN_IF_ERROR(maybe_fail());
     ++sampled_forwards;
     for (const ops::SampleRowParams& p : sampling.rows)
       EXPECT_EQ(p.greedy, 1) << "the fake samples greedy rows only";
     tokens = run(batch);
     if (logprobs != nullptr) logprobs->assign(tokens.size(), 0.0f);
+    return Status::ok();
   }
 
   std::vector<Seen> seen;
   int64_t greedy_forwards = 0;
   int64_t sampled_forwards = 0;
+  int64_t encoder_runs = 0;  // encoder inputs consumed (one per encoder-decoder prefill)
+  // The forward with this index (0 = the next one) fails as a device buffer that cannot grow
+  // would: kOutOfMemory, nothing stored.
+  int64_t fail_forward_at = -1;
 
  private:
+  Status maybe_fail() {
+    if (fail_forward_at < 0) return Status::ok();
+    if (fail_forward_at-- == 0) return out_of_memory("injected: a device buffer cannot grow");
+    return Status::ok();
+  }
+
   std::vector<int32_t> run(const mem::ForwardBatch& batch) {
     EXPECT_NE(batch.req_to_token, nullptr);
     Seen s{batch.mode, batch.req_pool_indices, batch.prefix_lens, batch.extend_lens, {}};
+    // The encoder: each encoder-decoder request whose encoder this forward runs stores its
+    // input's first value (its "audio") at every slot of its encoder region.
+    size_t enc_slot = 0;
+    size_t enc_input = 0;
+    for (int32_t b = 0; b < batch.batch_size() && !batch.encoder_out_cache_loc.empty(); ++b) {
+      if (batch.encoder_len(b) == 0) continue;
+      EXPECT_FALSE(batch.is_decode()) << "the encoder runs in the prefill only";
+      EXPECT_LT(enc_input, batch.encoder_inputs.size());
+      if (enc_input >= batch.encoder_inputs.size()) break;
+      const auto tag = static_cast<int32_t>(batch.encoder_inputs[enc_input++][0]);
+      for (int32_t i = 0; i < batch.encoder_len(b); ++i)
+        slot_ids_[batch.encoder_out_cache_loc[enc_slot++]] = tag;
+    }
+    EXPECT_EQ(enc_slot, batch.encoder_out_cache_loc.size());
+    EXPECT_EQ(enc_input, batch.encoder_inputs.size());
+    encoder_runs += static_cast<int64_t>(enc_input);
     // Store: each new token's id at its slot.
     for (int32_t t = 0; t < batch.num_tokens(); ++t) {
       const int32_t slot = batch.out_cache_loc[t];
@@ -106,15 +143,20 @@ class FakeRunner final : public model::BatchRunner {
     for (int32_t b = 0; b < batch.batch_size(); ++b)
       s.first_ids.push_back(batch.input_ids[batch.extend_start_loc[b]]);
     seen.push_back(std::move(s));
-    // Read: each logits row's sequence through the row.
+    // Read: each logits row's sequence through the row (an encoder-decoder row: the encoder's
+    // first slot, then the decoder region).
     std::vector<int32_t> tokens;
     for (const int32_t t : batch.logits_indices) {
       int32_t b = 0;
       while (b + 1 < batch.batch_size() && batch.extend_start_loc[b + 1] <= t)
         ++b;
       const int32_t pos = batch.positions[t];
-      const auto row = batch.req_to_token->row(batch.req_pool_indices[b], 0, pos + 1);
+      const int32_t row_index = batch.req_pool_indices[b];
       std::vector<int32_t> ids;
+      if (batch.encoder_len(b) > 0) {
+        ids.push_back(slot_ids_[batch.req_to_token->row(row_index, 0, 1)[0]]);
+      }
+      const auto row = batch.req_to_token->row(row_index, batch.kv_start(b), pos + 1);
       for (const int32_t slot : row)
         ids.push_back(slot_ids_[slot]);
       tokens.push_back(next_token(ids));
@@ -157,6 +199,26 @@ class Harness {
     r->sampling.temperature = 0.0f;
     r->sampling.max_new_tokens = max_new_tokens;
     r->sampling.ignore_eos = true;
+    r->arrival = engine::Clock::now();
+    r->stream = std::make_shared<engine::RequestStream>();
+    rid_of_[r->stream.get()] = rid;
+    scheduler_.add_request(std::move(r));
+  }
+
+  // Adds a greedy encoder-decoder request whose encoder input's first value is `audio` (the fake
+  // stores it over the row's encoder region) and whose encoder output takes `encoder_len`
+  // positions.
+  void add_encoded(const std::string& rid, std::vector<int32_t> prompt, int32_t max_new_tokens,
+                   float audio, int32_t encoder_len) {
+    auto r = std::make_unique<Req>();
+    r->id = next_id_++;
+    r->rid = rid;
+    r->origin_input_ids = std::move(prompt);
+    r->sampling.temperature = 0.0f;
+    r->sampling.max_new_tokens = max_new_tokens;
+    r->sampling.ignore_eos = true;
+    r->encoder_input = std::make_shared<const std::vector<float>>(std::vector<float>{audio, 0.5f});
+    r->encoder_len = encoder_len;
     r->arrival = engine::Clock::now();
     r->stream = std::make_shared<engine::RequestStream>();
     rid_of_[r->stream.get()] = rid;
@@ -596,6 +658,139 @@ TEST(SchedulerAbort, WaitingAfterARejectedPrefixMatch) {
   EXPECT_EQ(h.cached_tokens("next"), 8);
   EXPECT_EQ(h.output("next"), expected_output(p, 3));
 }
+
+// --- failed forwards ---------------------------------------------------------------------------
+
+// A forward that fails (a device buffer that cannot grow: kOutOfMemory from the runner) fails
+// exactly the requests of its batch with FinishKind::kError and frees their memory; the others,
+// and requests that arrive afterwards, run to the outputs they would have had.
+TEST(SchedulerErrors, FailedForwardFailsOnlyItsBatch) {
+  for (const bool decode : {false, true}) {
+    SCOPED_TRACE(decode ? "the failed forward is a decode step" : "the failed forward is a prefill");
+    Harness h({});
+    h.add("a", prompt(1, 20), 30);
+    h.step();  // a's prefill
+    h.step();  // a's first decode step
+    if (decode) {
+      h.runner().fail_forward_at = 0;  // a's next decode step fails
+      h.step();
+      EXPECT_EQ(h.finish("a"), FinishKind::kError);
+      EXPECT_EQ(h.finished_events("a"), 1);
+      h.add("b", prompt(2, 25), 30);
+    } else {
+      h.add("b", prompt(2, 25), 30);
+      h.runner().fail_forward_at = 0;  // b's prefill fails; a decodes on
+      h.step();
+      EXPECT_EQ(h.finish("b"), FinishKind::kError);
+      EXPECT_EQ(h.finished_events("b"), 1);
+      h.add("c", prompt(3, 25), 30);
+    }
+    h.run_to_idle();
+    EXPECT_EQ(h.scheduler().stats().failed_batches, 1);
+    for (const auto& [rid, first, len] :
+         std::vector<std::tuple<std::string, int32_t, int32_t>>{{"a", 1, 20}, {"b", 2, 25}, {"c", 3, 25}}) {
+      if (h.finish(rid) == FinishKind::kError || h.finished_events(rid) == 0) continue;
+      EXPECT_EQ(h.output(rid), expected_output(prompt(first, len), 30)) << rid;
+    }
+    EXPECT_EQ(h.finish(decode ? "b" : "a"), FinishKind::kLength);
+    EXPECT_EQ(h.finish(decode ? "b" : "c"), FinishKind::kLength);
+  }
+}
+
+// --- encoder-decoder requests ------------------------------------------------------------------
+
+struct EncoderCase {
+  int32_t page_size;
+  mem::EncoderKvLayout layout;
+};
+
+class SchedulerEncoderDecoder : public ::testing::TestWithParam<EncoderCase> {
+ protected:
+  static SchedulerOptions options(int32_t chunk) {
+    SchedulerOptions o;
+    o.chunked_prefill_size = chunk;
+    o.encoder = mem::EncoderSplit{GetParam().page_size, GetParam().layout};
+    return o;
+  }
+  static Shape shape(int64_t tokens) {
+    return {.tokens = tokens, .page_size = GetParam().page_size, .cache = mem::PrefixCacheKind::kChunk};
+  }
+};
+
+// Admission: a prefill takes the whole row ([encoder region | prompt]) in one forward, never
+// chunked, with the encoder run on the request's input; decode steps batch requests that arrived
+// at different times; outputs depend on the encoder's output and the prompt through the row.
+TEST_P(SchedulerEncoderDecoder, WholeRowPrefillEncoderOnceContinuousDecode) {
+  Harness h(shape(4096), options(/*chunk=*/8));
+  h.add_encoded("a", prompt(1, 20), 12, 501.0f, 30);
+  h.step();
+  const FakeRunner::Seen& first = h.runner().seen.back();
+  EXPECT_EQ(first.mode, mem::ForwardMode::kExtend);
+  ASSERT_EQ(first.extend_lens.size(), 1u);
+  EXPECT_EQ(first.extend_lens[0], 20) << "the whole prompt although chunked_prefill_size is 8";
+  EXPECT_EQ(h.runner().encoder_runs, 1);
+  h.step();
+  h.step();
+  h.add_encoded("b", prompt(2, 9), 12, 502.0f, 17);
+  h.add_encoded("c", prompt(3, 14), 12, 503.0f, 30);
+  h.step();  // b and c prefill together
+  EXPECT_EQ(h.runner().seen.back().extend_lens.size(), 2u);
+  EXPECT_EQ(h.runner().encoder_runs, 3);
+  h.step();
+  EXPECT_EQ(h.runner().seen.back().mode, mem::ForwardMode::kDecode);
+  EXPECT_EQ(h.runner().seen.back().rows.size(), 3u) << "one decode step for all three";
+  h.run_to_idle();
+  EXPECT_EQ(h.runner().encoder_runs, 3) << "decode steps never rerun the encoder";
+  EXPECT_EQ(h.output("a"), expected_output([] {
+              std::vector<int32_t> s{501};
+              for (int32_t id : prompt(1, 20)) s.push_back(id);
+              return s;
+            }(), 12));
+  for (const auto& [rid, first_id, len, audio] :
+       std::vector<std::tuple<std::string, int32_t, int32_t, int32_t>>{{"b", 2, 9, 502}, {"c", 3, 14, 503}}) {
+    std::vector<int32_t> seq{audio};
+    for (int32_t id : prompt(first_id, len)) seq.push_back(id);
+    EXPECT_EQ(h.output(rid), expected_output(seq, 12)) << rid;
+  }
+}
+
+// Retraction of an encoder-decoder request frees its whole row; on readmission the encoder runs
+// again (its region was reused meanwhile) and the outputs are those of an unretracted run.
+TEST_P(SchedulerEncoderDecoder, RetractedRequestRecomputesItsEncoder) {
+  SchedulerOptions o = options(0);
+  o.schedule_conservativeness = 0.05;  // admission overcommits: decode must retract
+  auto run = [&](int64_t tokens) {
+    Harness h(shape(tokens), o);
+    for (int32_t i = 0; i < 4; ++i)
+      h.add_encoded("r" + std::to_string(i), prompt(10 + i, 12 + 3 * i), 40, 600.0f + i, 24);
+    h.run_to_idle();
+    std::map<std::string, std::vector<int32_t>> out;
+    for (int32_t i = 0; i < 4; ++i) {
+      const std::string rid = "r" + std::to_string(i);
+      std::vector<int32_t> seq{600 + i};
+      for (int32_t id : prompt(10 + i, 12 + 3 * i)) seq.push_back(id);
+      EXPECT_EQ(h.output(rid), expected_output(seq, 40)) << rid;
+      out[rid] = h.output(rid);
+    }
+    return std::make_tuple(out, h.scheduler().stats().retractions, h.runner().encoder_runs);
+  };
+  const auto [tight, tight_retractions, tight_encoder_runs] = run(280);
+  const auto [roomy, roomy_retractions, roomy_encoder_runs] = run(8192);
+  EXPECT_GT(tight_retractions, 0) << "the tight pool must retract";
+  EXPECT_EQ(tight_encoder_runs, 4 + tight_retractions) << "one encoder run per (re)admission";
+  EXPECT_EQ(roomy_retractions, 0);
+  EXPECT_EQ(roomy_encoder_runs, 4);
+  EXPECT_EQ(tight, roomy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SchedulerEncoderDecoder,
+                         ::testing::Values(EncoderCase{1, mem::EncoderKvLayout::kAligned},
+                                           EncoderCase{16, mem::EncoderKvLayout::kAligned},
+                                           EncoderCase{16, mem::EncoderKvLayout::kRagged}),
+                         [](const ::testing::TestParamInfo<EncoderCase>& param_info) {
+                           return fmt::format("page{}_{}", param_info.param.page_size,
+                                              mem::encoder_kv_layout_name(param_info.param.layout));
+                         });
 
 }  // namespace
 }  // namespace kvserve

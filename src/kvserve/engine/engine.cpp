@@ -75,8 +75,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (!rules->empty()) e->model_logit_rules_ = std::move(rules);
     e->encoder_input_size_ = r.encoder_input_size();
     e->encoder_len_ = r.encoder_len();
-    const int64_t row = mem::ceil_align(
-        int64_t{r.encoder_reserved_len(e->encoder_len_)} + r.context_len(), int64_t{r.page_size()});
+    e->encoder_reserved_ = r.encoder_reserved_len(e->encoder_len_);
+    // A request is admitted while its row and output budget stay below the free slots
+    // (PrefillAdder), so a pool of exactly one row would never admit one: one slot more.
+    const int64_t row =
+        mem::ceil_align(e->encoder_reserved_ + r.context_len() + 1, int64_t{r.page_size()});
     if (r.max_total_tokens() < row) {
       return invalid_argument(
           "--max-total-tokens {}: one request's row ({} positions: the encoder region and the "
@@ -133,11 +136,14 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
     }
   }
   // SGLang: max_req_len = min(context_len - 1, max_total_tokens - 1). An encoder-decoder model's
-  // decoder context counts the prompt and every generated token (the last one is never fed back);
-  // create() checked that a full row fits the KV cache.
+  // decoder context counts the prompt and every generated token (the last one is never fed back),
+  // within what the KV cache holds beside the encoder region: PrefillAdder admits a request only
+  // while its encoder region, prompt and output budget stay below the pool's size (a request
+  // that could never be admitted would wait forever).
   const bool enc_dec = is_encoder_decoder();
   const int64_t max_req_len =
-      enc_dec ? context_len_ : std::min<int64_t>(context_len_ - 1, max_total_tokens_ - 1);
+      enc_dec ? std::min<int64_t>(context_len_, max_total_tokens_ - encoder_reserved_ - 1)
+              : std::min<int64_t>(context_len_ - 1, max_total_tokens_ - 1);
   if (request.encoder_input != nullptr) {
     if (!enc_dec) return invalid_argument("an encoder input for a model without an encoder");
     if (static_cast<int64_t>(request.encoder_input->size()) != encoder_input_size_) {

@@ -282,8 +282,10 @@ Status ModelRunner::load_whisper(const std::filesystem::path& dir,
                                .page_size = o.page_size,
                                .dtype = whisper_->dtype()};
   const int32_t rows = default_rows(o, on_cpu);
+  // One slot more per row, in whole pages: the scheduler admits a request while its row and
+  // output budget stay below the free slots, so rows x full rows alone would never admit the last.
   int64_t tokens =
-      kv_tokens(*platform_, o, pool, int64_t{rows} * mem::ceil_align(row_len, o.page_size));
+      kv_tokens(*platform_, o, pool, int64_t{rows} * mem::ceil_align(row_len + 1, o.page_size));
   tokens = mem::floor_align(tokens, o.page_size);
   if (tokens < o.page_size) {
     return out_of_memory("no room for a KV cache: {} tokens ({} per token)", tokens,
