@@ -75,16 +75,6 @@ int run_serve_whisper(ServeOptions o, sigset_t signals) {
     (*engine)->shutdown();
   });
 }
-  if (Status s = http.bind(); !s.is_ok()) {
-    fmt::print(stderr, "kvserve serve: {}\n", s.message());
-    return 1;
-  }
-  // Stop accepting, then end what is in flight (aborted: 503), so the HTTP workers return.
-  return serve_until_signal(http, o.server.host, signals, [&] {
-    http.stop();
-    (*engine)->shutdown();
-  });
-}
 
 // Every connection is a descriptor: raise the soft limit to the hard one (commonly 1024 of
 // 1048576), so that --max-connections, not the limit, decides.
