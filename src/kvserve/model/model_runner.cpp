@@ -135,6 +135,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     }
   } else {
     KV_ASSIGN_OR_RETURN(config, checkpoint::load_model_config(model_dir));
+    // What the config asks that kvserve cannot compute for this context length (a sliding
+    // window shorter than it): refused here, where the served context is known.
+    KV_RETURN_IF_ERROR(checkpoint::check_served_context(
+        config, o.context_length > 0 ? o.context_length : config.max_position_embeddings,
+        (model_dir / "config.json").string()));
     need = attention_requirements(config, o);
   }
   KV_RETURN_IF_ERROR(attention::check_attention_support(backend_kind, need));
