@@ -225,8 +225,10 @@ TEST_F(WhisperOneBatch, RequestsAreSeededAndPromptsHaveTheAskedLength) {
 }
 
 TEST_F(WhisperOneBatch, CombinationsThatDoNotFitAreSkipped) {
-  // A pool of two aligned rows at page size 16: (1504 + 4 + 8) -> 1520 slots each.
-  auto r = runner(16, mem::EncoderKvLayout::kAligned, 4, "", 2 * 1520);
+  // A pool of two aligned rows at page size 16, (1504 + 4 + 8) -> 1520 slots each, and one page:
+  // the scheduler admits the second request while its row and output budget (1508 + 8) stay
+  // below what the first leaves (3056 - 1520 - 8).
+  auto r = runner(16, mem::EncoderKvLayout::kAligned, 4, "", 2 * 1520 + 16);
   ASSERT_NE(r, nullptr);
   EXPECT_FALSE(whisper_one_batch_misfit(*r, 2, 0, 8).has_value());
   EXPECT_NE(whisper_one_batch_misfit(*r, 3, 0, 8).value_or("").find("max batch size limit"),

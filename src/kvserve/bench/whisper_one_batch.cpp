@@ -129,11 +129,17 @@ std::optional<std::string> whisper_one_batch_misfit(model::WhisperRunner& runner
   if (batch_size > o.max_running_requests) {
     return fmt::format("max_running_requests limit ({})", o.max_running_requests);
   }
+  // The scheduler's admission (PrefillAdder) in one prefill: each request takes its extend
+  // (encoder region + prompt) in whole pages plus its output budget, and the last one is admitted
+  // only while its extend and output stay below what is left.
   const int64_t reserved = runner.encoder_reserved_len(runner.config().max_source_positions);
-  const int64_t per_request = mem::ceil_align(reserved + seq, o.page_size);
+  const int64_t extend = reserved + *prompt;
+  const int64_t taken = mem::ceil_align(extend, int64_t{o.page_size}) + output_len;
   const int64_t slots = runner.allocator().size();
-  if (batch_size > slots / per_request) {
-    return fmt::format("max batch size limit ({} for {} KV tokens)", slots / per_request, slots);
+  const int64_t max_batch =
+      slots > extend + output_len ? (slots - 1 - extend - output_len) / taken + 1 : 0;
+  if (batch_size > max_batch) {
+    return fmt::format("max batch size limit ({} for {} KV tokens)", max_batch, slots);
   }
   return std::nullopt;
 }
