@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <random>
 
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
-#include "kvserve/mem/chunk_cache.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/model_runner.h"
 
 namespace kvserve {
@@ -27,8 +27,8 @@ void BM_SgemmPeak(benchmark::State& state) {
                 0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_SgemmPeak)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -37,10 +37,10 @@ std::filesystem::path bench_model() {
   static const std::filesystem::path tiny = [] {
     const auto dir = std::filesystem::temp_directory_path() / "kvserve-bench-tiny";
     std::filesystem::remove_all(dir);
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir;
-    if (!model::make_model(o).is_ok()) std::abort();
+    if (!makemodel::make_model(o).is_ok()) std::abort();
     return dir;
   }();
   return tiny;
@@ -59,42 +59,44 @@ void BM_Decode(benchmark::State& state) {
     return;
   }
   model::ModelRunner& r = **created;
-  mem::ChunkCache cache(r.req_to_token(), r.allocator());
-  const mem::KvMemory memory{r.req_to_token(), r.allocator(), cache};
-  const model::ModelConfig& c = r.config();
+  mem::HostKvMemory host(r.kv_shape(), mem::PrefixCacheKind::kChunk);
+  const mem::KvMemory memory = host.view();
+  const checkpoint::ModelConfig& c = r.config();
   constexpr int32_t kPrompt = 128;
   std::mt19937 rng(1);
   std::vector<mem::KvReqState> kv(bs);
   std::vector<mem::KvReqState*> ptrs;
   std::vector<mem::ForwardRequest> fwd;
-  for (auto& k : kv) ptrs.push_back(&k);
+  for (auto& k : kv)
+    ptrs.push_back(&k);
   std::vector<int32_t> lens(bs, kPrompt);
   std::vector<int32_t> loc;
   if (!mem::alloc_for_extend(memory, ptrs, lens, loc).is_ok()) std::abort();
   for (int32_t b = 0; b < bs; ++b) {
     std::vector<int32_t> ids(kPrompt);
-    for (auto& t : ids) t = static_cast<int32_t>(rng() % c.vocab_size);
+    for (auto& t : ids)
+      t = static_cast<int32_t>(rng() % c.vocab_size);
     fwd.push_back({kv[b].row, 0, ids});
   }
   std::vector<float> logits;
-  auto prefill = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, r.req_to_token(),
-                                           r.kv_pool());
-  r.forward(prefill, logits);
+  auto prefill = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, host.req_to_token());
+  if (!r.forward(prefill, logits).is_ok()) std::abort();
   for (auto _ : state) {
-    const mem::AllocatorState saved = r.allocator().backup_state();
+    const mem::AllocatorState saved = host.allocator().backup_state();
     std::vector<int32_t> dloc;
     if (!mem::alloc_for_decode(memory, ptrs, dloc).is_ok()) std::abort();
     std::vector<mem::ForwardRequest> step;
-    for (int32_t b = 0; b < bs; ++b) step.push_back({kv[b].row, kPrompt, {b + 1}});
-    auto batch = mem::make_forward_batch(mem::ForwardMode::kDecode, step, dloc,
-                                           r.req_to_token(), r.kv_pool());
-    r.forward(batch, logits);
+    for (int32_t b = 0; b < bs; ++b)
+      step.push_back({kv[b].row, kPrompt, {b + 1}});
+    auto batch =
+        mem::make_forward_batch(mem::ForwardMode::kDecode, step, dloc, host.req_to_token());
+    if (!r.forward(batch, logits).is_ok()) std::abort();
     benchmark::DoNotOptimize(logits.data());
     for (auto& k : kv) {
       --k.kv_allocated_len;
       --k.kv_committed_len;
     }
-    r.allocator().restore_state(saved);
+    host.allocator().restore_state(saved);
   }
   // Matrix FLOPs of one token: every linear layer plus the LM head (2 per weight).
   const double h = c.hidden_size, inter = c.intermediate_size, layers = c.num_hidden_layers;
@@ -102,10 +104,10 @@ void BM_Decode(benchmark::State& state) {
   const double kvd = double(c.num_key_value_heads) * c.head_dim;
   const double per_token =
       2 * (layers * (h * (qd + 2 * kvd) + qd * h + 3 * h * inter) + h * c.vocab_size);
-  state.counters["tok/s"] = benchmark::Counter(double(bs) * state.iterations(),
-                                               benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(per_token * bs * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(double(bs) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(per_token * bs * state.iterations() / 1e9, benchmark::Counter::kIsRate);
   state.SetLabel(c.architecture_name + " " + std::to_string(c.num_hidden_layers) + "L h" +
                  std::to_string(c.hidden_size));
 }

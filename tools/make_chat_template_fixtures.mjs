@@ -37,7 +37,7 @@ const tokenizer_config = (pkg) =>
 
 // kvserve make-model's templates, read from the C++ source (the test checks they still match).
 function kvserve_template(name) {
-  const src = fs.readFileSync(path.join(REPO, "src/kvserve/model/synthetic_tokenizer.cpp"), "utf8");
+  const src = fs.readFileSync(path.join(REPO, "src/kvserve/makemodel/synthetic_tokenizer.cpp"), "utf8");
   const start = src.indexOf(`constexpr std::string_view ${name} =`);
   if (start < 0) throw new Error(`${name} not found in synthetic_tokenizer.cpp`);
   const body = src.slice(start, src.indexOf(";\n", start));
@@ -444,14 +444,14 @@ const TEMPLATES = [
   {
     name: "kvserve_chatml",
     template: kvserve_template("kChatMlTemplate"),
-    origin: "kvserve make-model, Qwen2 tokenizer style (src/kvserve/model/synthetic_tokenizer.cpp)",
+    origin: "kvserve make-model, Qwen2 tokenizer style (src/kvserve/makemodel/synthetic_tokenizer.cpp)",
     license: "Apache-2.0 (Qwen2-Instruct's template)",
     context: { eos_token: "<|im_end|>", pad_token: "<|endoftext|>" },
   },
   {
     name: "kvserve_llama3",
     template: kvserve_template("kLlama3Template"),
-    origin: "kvserve make-model, Llama-3 tokenizer style (src/kvserve/model/synthetic_tokenizer.cpp)",
+    origin: "kvserve make-model, Llama-3 tokenizer style (src/kvserve/makemodel/synthetic_tokenizer.cpp)",
     license: "kvserve's own",
     context: LLAMA3_TOKENS,
   },

@@ -23,10 +23,10 @@
 #include <numeric>
 #include <random>
 
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/ops/paged_decode.h"
 #include "kvserve/platform/platform.h"
@@ -49,7 +49,7 @@ bool have_cuda() {
 std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t page_size,
                                                 bool graphs = true) {
   model::ModelRunnerOptions o;
-  o.device = "cuda";
+  o.device = Device{DeviceKind::kCuda, 0};
   o.page_size = page_size;
   o.max_total_tokens = 65536;
   o.max_running_requests = 32;
@@ -69,12 +69,12 @@ using test_support::LogitsAgreement;
 
 fs::path make_random_model() {
   const fs::path path = fs::temp_directory_path() / "kvserve-gpu-cuda-graph-test-qwen";
-  model::MakeModelOptions o;
+  makemodel::MakeModelOptions o;
   o.preset = "qwen2.5-0.5b-shape";
   o.output = path;
   o.seed = 11;
   o.force = true;
-  auto made = model::make_model(o);
+  auto made = makemodel::make_model(o);
   KV_CHECK(made.is_ok(), "{}", made.status().to_string());
   return path;
 }
@@ -132,7 +132,7 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
     const int64_t replays0 = graphs->replays();
     mem::ForwardBatch prefill = s.batch(prompts, false);
     std::vector<int32_t> next;
-    runner->forward_greedy(prefill, next);
+    ASSERT_TRUE(runner->forward_greedy(prefill, next).is_ok());
     EXPECT_EQ(graphs->replays(), replays0);
 
     double eager_ms = 0, graph_ms = 0;
@@ -149,7 +149,7 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
       std::vector<float> eager;
       mem::ForwardBatch b1 = batch;
       auto t0 = Clock::now();
-      runner->forward(b1, eager);
+      ASSERT_TRUE(runner->forward(b1, eager).is_ok());
       eager_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       // 2. The graph: logits, then greedy ids (a decode forward rewrites the same K/V).
       runner->set_decode_graphs_enabled(true);
@@ -158,10 +158,10 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
       std::vector<int32_t> graph_ids;
       mem::ForwardBatch b2 = batch;
       t0 = Clock::now();
-      runner->forward(b2, graph);
+      ASSERT_TRUE(runner->forward(b2, graph).is_ok());
       graph_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       mem::ForwardBatch b3 = batch;
-      runner->forward_greedy(b3, graph_ids);
+      ASSERT_TRUE(runner->forward_greedy(b3, graph_ids).is_ok());
       ASSERT_EQ(graphs->replays(), before + 2) << "bs " << bs << " did not replay";
       ASSERT_EQ(graph.size(), static_cast<size_t>(bs) * vocab);
       ASSERT_EQ(graph_ids.size(), static_cast<size_t>(bs));
@@ -171,9 +171,9 @@ TEST_P(CudaGraphTest, ReplaysEqualEagerPaddedBitwiseAndEagerClosely) {
       std::vector<float> padded;
       std::vector<int32_t> padded_ids;
       mem::ForwardBatch b4 = model::pad_decode_batch(batch, bucket);
-      runner->forward(b4, padded);
+      ASSERT_TRUE(runner->forward(b4, padded).is_ok());
       mem::ForwardBatch b5 = model::pad_decode_batch(batch, bucket);
-      runner->forward_greedy(b5, padded_ids);
+      ASSERT_TRUE(runner->forward_greedy(b5, padded_ids).is_ok());
       runner->set_decode_graphs_enabled(true);
       ASSERT_EQ(padded.size(), static_cast<size_t>(bucket) * vocab);
       padded.resize(graph.size());
@@ -218,7 +218,7 @@ TEST_F(CudaGraphFallbackTest, LargerBatchesAndExtendsRunEagerly) {
     prompts[b] = {b + 1, b + 2, b + 3};
   mem::ForwardBatch prefill = s.batch(prompts, false);
   std::vector<int32_t> next;
-  runner->forward_greedy(prefill, next);
+  ASSERT_TRUE(runner->forward_greedy(prefill, next).is_ok());
   for (int step = 0; step < 3; ++step) {
     std::vector<std::vector<int32_t>> add;
     for (const int32_t t : next)
@@ -228,11 +228,11 @@ TEST_F(CudaGraphFallbackTest, LargerBatchesAndExtendsRunEagerly) {
     const int64_t before = graphs->replays();
     std::vector<float> logits, again;
     mem::ForwardBatch b1 = batch;
-    runner->forward(b1, logits);
+    ASSERT_TRUE(runner->forward(b1, logits).is_ok());
     EXPECT_EQ(graphs->replays(), before) << "a batch of " << bs << " replayed a graph";
     runner->set_decode_graphs_enabled(false);
     mem::ForwardBatch b2 = batch;
-    runner->forward(b2, again);
+    ASSERT_TRUE(runner->forward(b2, again).is_ok());
     runner->set_decode_graphs_enabled(true);
     EXPECT_EQ(std::memcmp(logits.data(), again.data(), logits.size() * sizeof(float)), 0);
     next = argmax_rows(logits, runner->config().vocab_size);
@@ -344,17 +344,17 @@ TEST_F(CudaGraphFallbackTest, DisabledOrRaggedBackendCapturesNothing) {
   auto off = make_runner(model_dir(), 16, /*graphs=*/false);
   EXPECT_EQ(off->decode_graphs(), nullptr);
   model::ModelRunnerOptions o;
-  o.device = "cuda";
+  o.device = Device{DeviceKind::kCuda, 0};
   o.page_size = 16;
   o.max_total_tokens = 8192;
   o.max_running_requests = 8;
   o.device_pool.reserve = false;
-  o.attention_backend = "cuda-ragged";
+  o.attention_backend = attention::AttentionBackendKind::kCudaRagged;
   auto ragged = model::ModelRunner::create(model_dir(), o);
   ASSERT_TRUE(ragged.is_ok()) << ragged.status().to_string();
   EXPECT_EQ((*ragged)->decode_graphs(), nullptr);
   // Capture sizes are capped by the request rows.
-  o.attention_backend.clear();
+  o.attention_backend.reset();
   o.max_running_requests = 5;
   o.cuda_graph_max_bs = 160;
   auto small = model::ModelRunner::create(model_dir(), o);

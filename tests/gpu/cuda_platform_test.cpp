@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/common.h"
 #include "kvserve/mem/kv_pool.h"
-#include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/ops/kv_store.h"
@@ -321,18 +321,18 @@ TEST(DevicePoolModelRunnerTest, KvCacheIsSizedFromThePool) {
   if (!create_platform(Device{DeviceKind::kCuda, 0}).is_ok()) GTEST_SKIP() << "no CUDA device";
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "kvserve-gpu-device-pool-test-qwen";
-  model::MakeModelOptions mm;
+  makemodel::MakeModelOptions mm;
   mm.preset = "qwen2.5-0.5b-shape";  // head_dim 64: the CUDA kernels' (tiny's 16 is not)
   mm.output = dir;
   mm.seed = 11;
   mm.force = true;
-  ASSERT_TRUE(model::make_model(mm).is_ok());
+  ASSERT_TRUE(makemodel::make_model(mm).is_ok());
 
   // ~1 GiB of bf16 weights, then half of the rest for the KV cache (12 KiB a token).
   constexpr size_t kPool = 3072 * kMiB;
   constexpr double kFraction = 0.5;
   model::ModelRunnerOptions o;
-  o.device = "cuda";
+  o.device = Device{DeviceKind::kCuda, 0};
   o.page_size = 16;
   o.mem_fraction_static = kFraction;
   o.max_running_requests = 8;

@@ -23,14 +23,16 @@
 #include <type_traits>
 
 #include "kvserve/engine/generate.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/platform/platform.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
+#include "support/typed_options.h"
 
 namespace kvserve {
 namespace {
@@ -46,10 +48,10 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, const std::
                                                 const std::string& kv_cache_dtype = "auto",
                                                 const std::string& backend = "") {
   model::ModelRunnerOptions o;
-  o.device = device;
+  o.device = test_support::device_of(device);
   o.page_size = page_size;
-  o.kv_cache_dtype = kv_cache_dtype;
-  o.attention_backend = backend;
+  o.kv_cache_dtype = test_support::kv_dtype_of(kv_cache_dtype);
+  o.attention_backend = test_support::backend_of(backend);
   o.max_total_tokens = 4096;
   o.max_running_requests = 8;
   // No device pool: GPU suites run side by side (ctest -j), none may take the whole GPU.
@@ -72,12 +74,12 @@ class RandomModelSuite : public testing::TestWithParam<Param> {
     dir_ = new fs::path(fs::temp_directory_path() /
                         (std::is_same_v<Param, int32_t> ? "kvserve-gpu-model-test-qwen"
                                                         : "kvserve-gpu-model-test-qwen-fp8"));
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "qwen2.5-0.5b-shape";
     o.output = *dir_;
     o.seed = 7;
     o.force = true;
-    auto made = model::make_model(o);
+    auto made = makemodel::make_model(o);
     KV_CHECK(made.is_ok(), "{}", made.status().to_string());
   }
   static void TearDownTestSuite() {
@@ -275,8 +277,8 @@ TEST(DemoModelGpuTest, GreedyTokensEqualTheCpus) {
       r.sampling.top_logprobs_num = 5;
       reqs.push_back(std::move(r));
     }
-    mem::ChunkCache cc(cpu->req_to_token(), cpu->allocator());
-    mem::ChunkCache cg(gpu->req_to_token(), gpu->allocator());
+    mem::HostKvMemory cc(cpu->kv_shape(), mem::PrefixCacheKind::kChunk);
+    mem::HostKvMemory cg(gpu->kv_shape(), mem::PrefixCacheKind::kChunk);
     auto out_cpu = engine::generate(*cpu, cc, reqs);
     auto out_gpu = engine::generate(*gpu, cg, reqs);
     ASSERT_TRUE(out_cpu.is_ok()) << out_cpu.status().to_string();

@@ -144,10 +144,11 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
                    const Buffer& q, const Buffer& k, const Buffer& v) {
       const int64_t n = batch.num_tokens();
       auto out = std::move(cuda->allocate_buffer(n * kHeads * kDim * 2).value());
-      backend.init_forward_metadata(batch);
-      backend.forward(
-          {.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data(), .dtype = DType::kBF16},
-          layer, batch);
+      KV_CHECK(backend.init_forward_metadata(batch).is_ok());
+      const attention::AttentionIO io{
+          .q = q.data(), .k = k.data(), .v = v.data(), .out = out.data(), .dtype = DType::kBF16};
+      attention::store_kv(backend, io, layer, batch);
+      KV_CHECK(backend.forward(io, layer, batch).is_ok());
       std::vector<uint16_t> h(static_cast<size_t>(n * kHeads * kDim));
       cuda->copy(h.data(), out.data(), h.size() * 2, platform::CopyKind::kDeviceToHost);
       cuda->synchronize();
@@ -171,8 +172,8 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
       ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, seq, loc).is_ok());
       for (size_t i = 0; i < ptrs.size(); ++i)
         fwd.push_back({ptrs[i]->row, 0, std::vector<int32_t>(seq[i], 1)});
-      mem::ForwardBatch batch =
-          mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows, *pool);
+      mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows);
+      batch.kv_pool = pool.get();
       batch.req_to_token_device = mirror.get();
       const int64_t n = batch.num_tokens();
       run(*with_prefill, batch, upload(n * kHeads * kDim), upload(n * kKvHeads * kDim),
@@ -192,8 +193,8 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
     ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, seq, loc).is_ok());
     for (size_t b = 0; b < prefix.size(); ++b)
       fwd.push_back({kv[b].row, prefix[b], std::vector<int32_t>(extend[b], 1)});
-    mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows, *pool);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows);
+    batch.kv_pool = pool.get();
     batch.req_to_token_device = mirror.get();
     const int64_t n = batch.num_tokens();
     const Buffer q = upload(n * kHeads * kDim), k = upload(n * kKvHeads * kDim),

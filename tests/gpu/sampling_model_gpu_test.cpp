@@ -35,6 +35,7 @@
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
 #include "support/sampling_reference.h"
+#include "support/typed_options.h"
 
 namespace kvserve {
 namespace {
@@ -43,7 +44,7 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<model::ModelRunner> make_runner(const std::string& device) {
   model::ModelRunnerOptions o;
-  o.device = device;
+  o.device = test_support::device_of(device);
   o.page_size = 16;
   o.max_total_tokens = 4096;
   o.max_running_requests = 8;
@@ -101,12 +102,13 @@ TEST(SamplingModelGpuTest, ForwardSampleMatchesHostSamplerAndCpu) {
     // Rows 1 (penalized) and 2 also come back raw: the logits this step sampled from.
     const std::vector<int32_t> raw_rows = {1, 2};
     std::vector<float> raw;
-    gpu->forward_sample(fb,
-                        {.rows = rows,
-                         .penalty_offsets = csr.offsets,
-                         .penalty_entries = csr.entries,
-                         .raw_rows = raw_rows},
-                        dev, nullptr, &raw);
+    ASSERT_TRUE(gpu->forward_sample(fb,
+                                    {.rows = rows,
+                                     .penalty_offsets = csr.offsets,
+                                     .penalty_entries = csr.entries,
+                                     .raw_rows = raw_rows},
+                                    dev, nullptr, &raw)
+                    .is_ok());
     const std::vector<float> lg = sg_logits.logits(add, decode);
     const std::vector<float> lc = sc.logits(add, decode);
     ASSERT_EQ(raw.size(), raw_rows.size() * vocab);
@@ -180,7 +182,7 @@ TEST(SamplingModelGpuTest, EngineMixedBatchLogprobsComeFromTheRightRows) {
   }
   engine::EngineOptions eo;
   eo.model_path = fs::path(KVSERVE_SOURCE_MODELS_DIR) / "demo-lm";
-  eo.runner.device = "cuda";
+  eo.runner.device = Device{DeviceKind::kCuda, 0};
   eo.runner.page_size = 16;
   eo.runner.max_total_tokens = 4096;
   eo.runner.max_running_requests = 8;

@@ -110,6 +110,59 @@ status 200 GET /metrics "${auth[@]}"
 grep -q '^kvserve:generation_tokens_total' "$work/body" || fail "/metrics lacks token counters"
 echo "curl checks passed"
 
+# --- hardening (issue 22): each repro answers 4xx or the documented behaviour, and the server
+# keeps serving ----------------------------------------------------------------------------------
+json=(-H 'Content-Type: application/json')
+# Invalid UTF-8 in the path (percent-encoded, then raw through bash's /dev/tcp) used to abort.
+status 404 GET '/%ff' "${auth[@]}"
+jq -e '.error.message | length > 0' "$work/body" >/dev/null || fail "/%ff: $(cat "$work/body")"
+raw_request() { # raw_request BYTES: the raw answer of a fresh connection
+  local port=${base##*:}
+  exec 3<>"/dev/tcp/127.0.0.1/$port"
+  printf '%b' "$1" >&3
+  timeout 5 cat <&3 || true
+  exec 3<&- 3>&-
+}
+answer=$(raw_request "GET /\\xff\\xfe HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer $key\\r\\nConnection: close\\r\\n\\r\\n")
+grep -q '^HTTP/1.1 404' <<<"$answer" || fail "raw 0xFF path: $answer"
+status 200 GET /health
+# 100,000 nested objects in "tools" overflowed the stack.
+deep=$(printf '{"a":%.0s' $(seq 1 100000))1$(printf '}%.0s' $(seq 1 100000))
+printf '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": %s}' "$deep" >"$work/deep.json"
+status 400 POST /v1/chat/completions "${auth[@]}" "${json[@]}" --data-binary @"$work/deep.json"
+status 200 GET /health
+# A wrong response_format type was a 500 with the JSON library's text.
+for rf in '{"type": 1}' '{"type": null}'; do
+  status 400 POST /v1/chat/completions "${auth[@]}" "${json[@]}" \
+    -d "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"response_format\": $rf}"
+  grep -q -e 'type_error' -e 'json.exception' "$work/body" && fail "library text in: $(cat "$work/body")"
+done
+# max_tokens 0: no new tokens (SGLang's prompt scoring).
+status 200 POST /v1/completions "${auth[@]}" "${json[@]}" -d '{"prompt": "Hello", "max_tokens": 0}'
+jq -e '.usage.completion_tokens == 0 and .choices[0].text == ""' "$work/body" >/dev/null ||
+  fail "max_tokens 0: $(cat "$work/body")"
+# SGLang's documented `curl -X POST /flush_cache`: no body, no Content-Length.
+status 200 POST /flush_cache "${auth[@]}"
+# Content parts, roles, tools.
+status 200 POST /v1/chat/completions "${auth[@]}" "${json[@]}" \
+  -d '{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}], "max_tokens": 2}'
+status 400 POST /v1/chat/completions "${auth[@]}" "${json[@]}" \
+  -d '{"messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 2}'
+for tools in 5 '"x"'; do
+  status 400 POST /v1/chat/completions "${auth[@]}" "${json[@]}" \
+    -d "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": $tools}"
+done
+# Framing: conflicting lengths and unknown codings are refused at once, a huge declared body
+# before it is sent.
+answer=$(raw_request 'POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 9\r\n\r\n{}')
+grep -q '^HTTP/1.1 400' <<<"$answer" || fail "conflicting Content-Length: $answer"
+answer=$(raw_request 'POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n')
+grep -q '^HTTP/1.1 400' <<<"$answer" || fail "gzip, chunked: $answer"
+answer=$(raw_request 'POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 52428800\r\n\r\n')
+grep -q '^HTTP/1.1 413' <<<"$answer" || fail "50 MB Content-Length: $answer"
+status 200 GET /health
+echo "hardening checks passed"
+
 # --- the OpenAI Node SDK -------------------------------------------------------------------------
 KVSERVE_BASE_URL=$base KVSERVE_API_KEY=$key KVSERVE_MODEL=tiny \
   node --test "$here/openai_node/sdk.test.mjs" || fail "OpenAI Node SDK tests failed"

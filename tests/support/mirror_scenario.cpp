@@ -13,9 +13,9 @@
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/device_req_to_token.h"
 #include "kvserve/mem/encoder_layout.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/mem/radix_cache.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/mem/forward_batch.h"
 
 namespace kvserve::test_support {
 namespace {
@@ -102,10 +102,10 @@ class Scenario {
                      std::vector<int32_t>(reqs[i]->tokens.begin() + prefix,
                                           reqs[i]->tokens.begin() + seq_lens[i])});
     }
-    mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows_, *pool_);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows_);
+    batch.kv_pool = pool_.get();
     batch.req_to_token_device = mirror_.get();
-    backend_->init_forward_metadata(batch);
+    KV_CHECK(backend_->init_forward_metadata(batch).is_ok());
     check(batch, step);
     for (size_t i = 0; i < reqs.size(); ++i) {
       cache_.cache_unfinished_req(reqs[i]->kv,
@@ -126,20 +126,23 @@ class Scenario {
     std::vector<mem::ForwardRequest> fwd;
     for (Request* r : reqs)
       fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->tokens.back()}});
-    mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows_, *pool_);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows_);
+    batch.kv_pool = pool_.get();
     batch.req_to_token_device = mirror_.get();
     if (graph && !staging_.empty()) {
       const mem::ForwardBatch padded = model::pad_decode_batch(batch, kGraphBs);
       auto* device = staged_.data_as<int32_t>();
-      const int64_t n = backend_->init_forward_metadata_decode_graph(
-          padded, staging_.data(), static_cast<int64_t>(staging_.size()), device);
+      const int64_t n =
+          backend_
+              ->init_forward_metadata_decode_graph(padded, staging_.data(),
+                                                   static_cast<int64_t>(staging_.size()), device)
+              .value();
       platform_.copy(device, staging_.data(), static_cast<size_t>(n) * sizeof(int32_t),
                      platform::CopyKind::kHostToDevice);
       backend_->launch_decode_graph_metadata();
       ++stats_.graph_forwards;
     } else {
-      backend_->init_forward_metadata(batch);
+      KV_CHECK(backend_->init_forward_metadata(batch).is_ok());
     }
     check(batch, step);
   }
@@ -279,17 +282,17 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
   std::vector<mem::ForwardRequest> fwd;
   for (int32_t b = 0; b < bs; ++b) {
     enc_rows.push_back({states[b].row, encoder_lens[b], prompt_lens[b]});
-    fwd.push_back({states[b].row, 0, std::vector<int32_t>(prompt_lens[b], 7)});
+    fwd.push_back({states[b].row, 0, std::vector<int32_t>(prompt_lens[b], 7), starts[b]});
   }
   std::vector<int32_t> encoder_loc, decoder_loc;
   mem::split_encoder_decoder_loc(loc, enc_rows, page_size, layout, encoder_loc, decoder_loc);
   mem::ForwardBatch batch =
-      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc, rows, *pool);
-  batch.self_kv_start = starts;
+      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc, rows);
+  batch.kv_pool = pool.get();
   batch.encoder_lens = encoder_lens;
   batch.encoder_out_cache_loc = encoder_loc;
   batch.req_to_token_device = mirror.get();
-  be->init_forward_metadata(batch);
+  KV_CHECK(be->init_forward_metadata(batch).is_ok());
   check(batch, "encoder-decoder prefill");
 
   // Decode steps: one token per request at decoder position len - 1.
@@ -297,13 +300,13 @@ int64_t run_encoder_decoder_mirror_scenario(platform::Platform& platform,
     KV_CHECK(mem::alloc_for_decode(memory, ptrs, loc).is_ok());
     fwd.clear();
     for (int32_t b = 0; b < bs; ++b) {
-      fwd.push_back({states[b].row, prompt_lens[b] + step, {7}});
+      fwd.push_back({states[b].row, prompt_lens[b] + step, {7}, starts[b]});
     }
-    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows, *pool);
-    batch.self_kv_start = starts;
+    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows);
+    batch.kv_pool = pool.get();
     batch.encoder_lens = encoder_lens;
     batch.req_to_token_device = mirror.get();
-    be->init_forward_metadata(batch);
+    KV_CHECK(be->init_forward_metadata(batch).is_ok());
     check(batch, "encoder-decoder decode");
   }
   for (mem::KvReqState& st : states)

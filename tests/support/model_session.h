@@ -1,14 +1,14 @@
 // A fixed set of requests on one ModelRunner, driven batch by batch without the scheduler: the
 // GPU suites use it to run the same extends and decodes on two runners (CUDA vs CPU, graph vs
-// eager). Its own ChunkCache; every request's row and slots are released on destruction.
+// eager). Its own host KV memory (a ChunkCache); every request's row and slots are released on
+// destruction.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "kvserve/mem/chunk_cache.h"
-#include "kvserve/mem/prefix_cache.h"
 #include "kvserve/mem/forward_batch.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/model_runner.h"
 
 namespace kvserve::test_support {
@@ -28,7 +28,7 @@ class ModelSession {
 
  private:
   model::ModelRunner& runner_;
-  mem::ChunkCache cache_;
+  mem::HostKvMemory memory_;
   std::vector<mem::KvReqState> kv_;
   std::vector<std::vector<int32_t>> tokens_;
 };

@@ -11,9 +11,9 @@
 #include "kvserve/audio/audio_file.h"
 #include "kvserve/audio/log_mel.h"
 #include "kvserve/audio/resample.h"
-#include "kvserve/model/make_model.h"
-#include "kvserve/model/safetensors_writer.h"
-#include "kvserve/model/whisper_checkpoint_layout.h"
+#include "kvserve/checkpoint/safetensors_writer.h"
+#include "kvserve/makemodel/make_model.h"
+#include "kvserve/makemodel/whisper_checkpoint_layout.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::model::testing {
@@ -22,30 +22,31 @@ namespace fs = std::filesystem;
 
 Status make_whisper_checkpoint(const std::string& preset, const fs::path& dir, DType dtype,
                                uint64_t seed) {
-  MakeModelOptions o;
+  makemodel::MakeModelOptions o;
   o.preset = preset;
   o.output = dir;
   o.dtype = dtype;
   o.seed = seed;
   o.force = true;
-  return make_model(o).status();
+  return makemodel::make_model(o).status();
 }
 
 Status redraw_whisper_weights(const fs::path& dir, float spread, std::mt19937_64& rng) {
-  KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
-  std::vector<TensorSpec> specs;
-  for (const CheckpointTensor& t : whisper_checkpoint_tensors(config, DType::kF32))
+  KV_ASSIGN_OR_RETURN(const checkpoint::WhisperConfig config, checkpoint::load_whisper_config(dir));
+  std::vector<checkpoint::TensorSpec> specs;
+  for (const makemodel::CheckpointTensor& t :
+       makemodel::whisper_checkpoint_tensors(config, DType::kF32))
     specs.push_back(t.spec);
-  return write_safetensors_streaming(dir / "model.safetensors", specs, {{"format", "pt"}},
-                                     [&](const TensorSpec& spec, ByteSink& out) -> Status {
-                                       std::normal_distribution<float> d(0.0f, spread);
-                                       const bool norm_weight =
-                                           spec.name.find("layer_norm.weight") != std::string::npos;
-                                       std::vector<float> v(*shape_numel(spec.shape));
-                                       for (float& x : v)
-                                         x = (norm_weight ? 1.0f : 0.0f) + d(rng);
-                                       return out.write(v.data(), v.size() * sizeof(float));
-                                     });
+  return checkpoint::write_safetensors_streaming(
+      dir / "model.safetensors", specs, {{"format", "pt"}},
+      [&](const checkpoint::TensorSpec& spec, checkpoint::ByteSink& out) -> Status {
+        std::normal_distribution<float> d(0.0f, spread);
+        const bool norm_weight = spec.name.find("layer_norm.weight") != std::string::npos;
+        std::vector<float> v(*checkpoint::shape_numel(spec.shape));
+        for (float& x : v)
+          x = (norm_weight ? 1.0f : 0.0f) + d(rng);
+        return out.write(v.data(), v.size() * sizeof(float));
+      });
 }
 
 Status use_one_attention_head(const fs::path& dir) {

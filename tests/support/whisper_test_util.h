@@ -53,9 +53,9 @@ std::unique_ptr<WhisperRunner> make_whisper_runner(const std::filesystem::path& 
                                                    const std::string& device = "cpu");
 
 // An audio file transcribed by the library's pieces called one by one, independently of
-// WhisperTranscriber: audio_features with the checkpoint's preprocessor_config.json, a default
-// runner of its own, whisper_generate, the tokenizer's decode with special tokens
-// skipped, white space trimmed at both ends.
+// WhisperFrontEnd and the engine: audio_features with the checkpoint's preprocessor_config.json, a
+// default runner of its own, whisper_generate, the tokenizer's decode with special tokens skipped,
+// white space trimmed at both ends.
 struct LibraryTranscript {
   std::vector<int32_t> tokens;
   std::string text;

@@ -45,14 +45,19 @@ class AttentionTest : public testing::TestWithParam<Case> {
   void SetUp() override {
     const Case& c = GetParam();
     platform_ = std::move(platform::create_platform(Device{}).value());
-    pool_ = std::move(mem::MHATokenToKVPool::create(
-                          *platform_, {.num_layers = 2, .num_kv_heads = c.kv_heads,
-                                       .head_dim = c.head_dim, .size = 8192,
-                                       .page_size = c.page_size, .dtype = c.kv_dtype})
+    pool_ = std::move(mem::MHATokenToKVPool::create(*platform_, {.num_layers = 2,
+                                                                 .num_kv_heads = c.kv_heads,
+                                                                 .head_dim = c.head_dim,
+                                                                 .size = 8192,
+                                                                 .page_size = c.page_size,
+                                                                 .dtype = c.kv_dtype})
                           .value());
     backend_ = std::move(create_attention_backend(c.backend, *platform_).value());
-    layer_ = {.layer_id = 1, .num_heads = c.heads, .num_kv_heads = c.kv_heads,
-              .head_dim = c.head_dim, .scaling = 1.0f / std::sqrt(float(c.head_dim))};
+    layer_ = {.layer_id = 1,
+              .num_heads = c.heads,
+              .num_kv_heads = c.kv_heads,
+              .head_dim = c.head_dim,
+              .scaling = 1.0f / std::sqrt(float(c.head_dim))};
   }
 
   int64_t kv_row() const { return int64_t{GetParam().kv_heads} * GetParam().head_dim; }
@@ -61,14 +66,16 @@ class AttentionTest : public testing::TestWithParam<Case> {
   std::vector<float> random(size_t n) {
     std::normal_distribution<float> d(0.0f, 1.0f);
     std::vector<float> v(n);
-    for (auto& x : v) x = d(rng_);
+    for (auto& x : v)
+      x = d(rng_);
     return v;
   }
 
   // K/V values exactly representable in the cache dtype, so the pool stores them unchanged.
   std::vector<float> random_kv(size_t n) {
     std::vector<float> v = random(n);
-    for (auto& x : v) x = through(GetParam().kv_dtype, x);
+    for (auto& x : v)
+      x = through(GetParam().kv_dtype, x);
     return v;
   }
 
@@ -90,7 +97,8 @@ class AttentionTest : public testing::TestWithParam<Case> {
         mx = std::max(mx, s[j]);
       }
       double sum = 0;
-      for (auto& x : s) sum += x = std::exp(x - mx);
+      for (auto& x : s)
+        sum += x = std::exp(x - mx);
       for (int32_t d = 0; d < c.head_dim; ++d) {
         double acc = 0;
         for (int32_t j = 0; j < visible; ++j) {
@@ -104,7 +112,8 @@ class AttentionTest : public testing::TestWithParam<Case> {
   void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
     ASSERT_EQ(got.size(), want.size());
     double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, double(std::fabs(got[i] - want[i])));
     EXPECT_LT(worst, 2e-5) << "max abs error";
   }
 
@@ -158,8 +167,8 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
   for (size_t b = 0; b < bs; ++b) {
     fwd.push_back({kv[b].row, prefix[b], std::vector<int32_t>(extend[b], 1)});
   }
-  mem::ForwardBatch batch =
-      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows, *pool_);
+  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows);
+  batch.kv_pool = pool_.get();
   const int64_t n = batch.num_tokens();
   std::vector<float> q = random(n * q_row());
   std::vector<float> k(n * kv_row()), v(n * kv_row()), out(n * q_row(), NAN), want(n * q_row());
@@ -171,17 +180,21 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
       reference(&q[t * q_row()], keys[b], values[b], prefix[b] + i + 1, &want[t * q_row()]);
     }
   }
-  backend_->init_forward_metadata(batch);
-  backend_->forward({.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data()}, layer_,
-                    batch);
+  ASSERT_TRUE(backend_->init_forward_metadata(batch).is_ok());
+  ASSERT_TRUE(
+      backend_
+          ->forward({.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data()}, layer_, batch)
+          .is_ok());
   expect_close(out, want);
 
   // 3. One decode step for every request.
   std::vector<int32_t> dloc;
   ASSERT_TRUE(mem::alloc_for_decode(memory, ptrs, dloc).is_ok());
   fwd.clear();
-  for (size_t b = 0; b < bs; ++b) fwd.push_back({kv[b].row, seq_lens[b], {1}});
-  batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, dloc, rows, *pool_);
+  for (size_t b = 0; b < bs; ++b)
+    fwd.push_back({kv[b].row, seq_lens[b], {1}});
+  batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, dloc, rows);
+  batch.kv_pool = pool_.get();
   q = random(bs * q_row());
   k.assign(bs * kv_row(), 0);
   v.assign(bs * kv_row(), 0);
@@ -192,9 +205,11 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
     std::copy_n(&values[b][seq_lens[b] * kv_row()], kv_row(), &v[b * kv_row()]);
     reference(&q[b * q_row()], keys[b], values[b], seq_lens[b] + 1, &want[b * q_row()]);
   }
-  backend_->init_forward_metadata(batch);
-  backend_->forward({.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data()}, layer_,
-                    batch);
+  ASSERT_TRUE(backend_->init_forward_metadata(batch).is_ok());
+  ASSERT_TRUE(
+      backend_
+          ->forward({.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data()}, layer_, batch)
+          .is_ok());
   expect_close(out, want);
 }
 
@@ -207,8 +222,8 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
   const std::vector<int32_t> enc = {3 * ps + 5, 0, 1, ps};  // 0: a text-only request
   const std::vector<int32_t> dec = {2, 3, 1, 4};
   const size_t bs = enc.size();
-  for (const mem::EncoderKvLayout layout : {mem::EncoderKvLayout::kAligned,
-                                            mem::EncoderKvLayout::kRagged}) {
+  for (const mem::EncoderKvLayout layout :
+       {mem::EncoderKvLayout::kAligned, mem::EncoderKvLayout::kRagged}) {
     std::vector<KvReqState> kv(bs);
     std::vector<KvReqState*> ptrs;
     std::vector<int32_t> seq;
@@ -221,14 +236,16 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
     std::vector<int32_t> loc;
     ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, seq, loc).is_ok());
     std::vector<mem::EncDecRow> er;
-    for (size_t b = 0; b < bs; ++b) er.push_back({kv[b].row, enc[b], dec[b]});
+    for (size_t b = 0; b < bs; ++b)
+      er.push_back({kv[b].row, enc[b], dec[b]});
     std::vector<int32_t> enc_loc, dec_loc;
     mem::split_encoder_decoder_loc(loc, er, ps, layout, enc_loc, dec_loc);
     std::vector<mem::ForwardRequest> fwd;
-    for (size_t b = 0; b < bs; ++b) fwd.push_back({kv[b].row, 0, std::vector<int32_t>(dec[b], 1)});
+    for (size_t b = 0; b < bs; ++b)
+      fwd.push_back({kv[b].row, 0, std::vector<int32_t>(dec[b], 1), starts[b]});
     mem::ForwardBatch batch =
-        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, dec_loc, rows, *pool_);
-    batch.self_kv_start = starts;
+        mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, dec_loc, rows);
+    batch.kv_pool = pool_.get();
     batch.encoder_lens = enc;
     batch.encoder_out_cache_loc = enc_loc;
     const int64_t n = batch.num_tokens();
@@ -237,8 +254,10 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
     std::vector<float> q = random(n * q_row()), out(n * q_row(), NAN), want(n * q_row());
     int64_t e0 = 0;
     for (size_t b = 0; b < bs; ++b) {
-      const std::vector<float> kb(ek.begin() + e0 * kv_row(), ek.begin() + (e0 + enc[b]) * kv_row());
-      const std::vector<float> vb(ev.begin() + e0 * kv_row(), ev.begin() + (e0 + enc[b]) * kv_row());
+      const std::vector<float> kb(ek.begin() + e0 * kv_row(),
+                                  ek.begin() + (e0 + enc[b]) * kv_row());
+      const std::vector<float> vb(ev.begin() + e0 * kv_row(),
+                                  ev.begin() + (e0 + enc[b]) * kv_row());
       for (int32_t i = 0; i < dec[b]; ++i) {
         const int64_t t = batch.extend_start_loc[b] + i;
         reference(&q[t * q_row()], kb, vb, enc[b], &want[t * q_row()]);  // non-causal: all
@@ -247,16 +266,25 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
     }
     AttentionLayer cross = layer_;
     cross.is_cross_attention = true;
-    backend_->init_forward_metadata(batch);
-    backend_->forward({.q = q.data(), .k = ek.data(), .v = ev.data(), .out = out.data()}, cross,
-                      batch);
+    ASSERT_TRUE(backend_->init_forward_metadata(batch).is_ok());
+    ASSERT_TRUE(backend_
+                    ->forward({.q = q.data(), .k = ek.data(), .v = ev.data(), .out = out.data()},
+                              cross, batch)
+                    .is_ok());
     expect_close(out, want);
-    // A decode step reads the cached encoder K/V (k = v = null: nothing to store).
+    // A later forward reads the cached encoder K/V (no encoder slots: nothing stored, k and v
+    // not read).
+    mem::ForwardBatch cached = batch;
+    cached.encoder_out_cache_loc.clear();
     out.assign(out.size(), NAN);
-    backend_->forward({.q = q.data(), .k = nullptr, .v = nullptr, .out = out.data()}, cross,
-                      batch, /*save_kv=*/false);
+    ASSERT_TRUE(backend_->init_forward_metadata(cached).is_ok());
+    ASSERT_TRUE(backend_
+                    ->forward({.q = q.data(), .k = nullptr, .v = nullptr, .out = out.data()}, cross,
+                              cached)
+                    .is_ok());
     expect_close(out, want);
-    for (auto& r : kv) mem::release_kv_cache(memory, r, {}, false);
+    for (auto& r : kv)
+      mem::release_kv_cache(memory, r, {}, false);
   }
 }
 
@@ -279,12 +307,24 @@ INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest, testing::ValuesIn(cases()), ca
 
 TEST(AttentionRegistry, NamesAndErrors) {
   auto cpu = std::move(platform::create_platform(Device{}).value());
-  EXPECT_EQ(default_attention_backend(Device{}), "cpu");
+  EXPECT_EQ(default_attention_backend(DeviceKind::kCpu), AttentionBackendKind::kCpu);
+  EXPECT_EQ(default_attention_backend(DeviceKind::kCuda), AttentionBackendKind::kCudaPaged);
+  EXPECT_EQ(attention_backend_names(DeviceKind::kCpu), (std::vector<std::string>{"cpu", "native"}));
   EXPECT_TRUE(create_attention_backend("native", *cpu).is_ok());
   const auto bad = create_attention_backend("flashinfer", *cpu);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("cpu, native"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("cpu, native, cuda-paged, cuda-ragged"), std::string::npos)
+      << bad.status().message();
+  // A backend of another device is refused by kind, not created.
+  const auto elsewhere = create_attention_backend(AttentionBackendKind::kCudaPaged, *cpu);
+  ASSERT_FALSE(elsewhere.is_ok());
+  EXPECT_EQ(elsewhere.status().code(), StatusCode::kUnimplemented);
+  // Every name of the table parses back to its kind.
+  for (const AttentionCapabilities& c : attention_backend_table()) {
+    EXPECT_EQ(parse_attention_backend(c.name).value(), c.kind) << c.name;
+    EXPECT_EQ(attention_backend_name(c.kind), c.name);
+  }
 }
 
 }  // namespace

@@ -36,7 +36,7 @@
 #include "kvserve/bench/report.h"
 #include "kvserve/bench/serving.h"
 #include "kvserve/bench/sse.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "run_kvserve.h"
 #include "unit/model_test_util.h"
 
@@ -436,10 +436,10 @@ class TinyModel : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new model::testing::TempDir();
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir_->path() / "tiny";
-    ASSERT_TRUE(model::make_model(o).is_ok());
+    ASSERT_TRUE(makemodel::make_model(o).is_ok());
     auto t = tokenizer::Tokenizer::from_directory(o.output);
     ASSERT_TRUE(t.is_ok()) << t.status().to_string();
     tok_ = std::move(t).value().release();

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvserve/model/synthetic_tokenizer.h"
+#include "kvserve/makemodel/synthetic_tokenizer.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::tokenizer {
@@ -100,8 +100,8 @@ TEST(ChatTemplateFixtures, EveryCaseMatchesTransformers) {
 }
 
 TEST(ChatTemplateFixtures, MakeModelTemplatesAreTheFixtures) {
-  const auto qwen = model::make_synthetic_tokenizer(model::TokenizerStyle::kQwen2);
-  const auto llama = model::make_synthetic_tokenizer(model::TokenizerStyle::kLlama3);
+  const auto qwen = makemodel::make_synthetic_tokenizer(makemodel::TokenizerStyle::kQwen2);
+  const auto llama = makemodel::make_synthetic_tokenizer(makemodel::TokenizerStyle::kLlama3);
   EXPECT_EQ(qwen.chat_template,
             read_fixture(kFixtures / "kvserve_chatml.json").at("template").get<std::string>())
       << "make-model's template changed: rerun tools/make_chat_template_fixtures.mjs";

@@ -9,12 +9,12 @@
 #include <numeric>
 
 #include "kvserve/attention/cuda_backends.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/decode_graph_runner.h"
-#include "kvserve/mem/forward_batch.h"
-#include "kvserve/model/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "model_test_util.h"
 
@@ -87,7 +87,8 @@ struct Pools {
       fwd.push_back({req[b], lens[b] - 1, {static_cast<int32_t>(100 + b)}});
       loc.push_back(rows.at(req[b], lens[b] - 1));
     }
-    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows, *pool);
+    mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, rows);
+    batch.kv_pool = pool.get();
     batch.req_to_token_device = mirror.get();
     return batch;
   }
@@ -167,7 +168,8 @@ TEST(BatchInts, PackedAsIdsPositionsLogitsRows) {
   // Upload: one copy into the device buffer (plain memory on the CPU platform).
   std::vector<int32_t> staging;
   std::vector<int32_t> device(9, -1);
-  const mem::DeviceBatchInts up = mem::upload_batch_ints(*p.platform, batch, staging, device.data());
+  const mem::DeviceBatchInts up =
+      mem::upload_batch_ints(*p.platform, batch, staging, device.data());
   EXPECT_EQ(device, host);
   EXPECT_EQ(up.logits_indices, device.data() + 6);
 }
@@ -197,7 +199,7 @@ TEST_P(CudaPagedGraphPlanTest, FixedOffsetsPerBatchSizeAndPadsOnRowZero) {
   std::vector<int32_t> host(*cap + 1, -7);
   std::vector<int32_t> device(*cap);
   const int64_t n =
-      backend->init_forward_metadata_decode_graph(padded, host.data(), *cap, device.data());
+      backend->init_forward_metadata_decode_graph(padded, host.data(), *cap, device.data()).value();
   const int32_t B = 8;
   ASSERT_EQ(n, 7 * B + 2);
   // [slots B | rows B | new starts B | new indptr B + 1 | starts B | lengths B | page indptr B + 1]
@@ -245,14 +247,15 @@ TEST_P(CudaPagedGraphPlanTest, FixedOffsetsPerBatchSizeAndPadsOnRowZero) {
   Pools q(ps, lens2);
   const mem::ForwardBatch padded2 = pad_decode_batch(q.decode(lens2), 8);
   const int64_t n2 =
-      backend->init_forward_metadata_decode_graph(padded2, host.data(), *cap, device.data());
+      backend->init_forward_metadata_decode_graph(padded2, host.data(), *cap, device.data())
+          .value();
   EXPECT_EQ(n2, n);
   EXPECT_EQ(host[5 * B + 1 + 0], 1000);  // lengths[0]
   EXPECT_EQ(host[5 * B + 1 + 3], 3);
   EXPECT_EQ(host[4 * B + 1 + 1], (1000 + ps - 1) / ps);  // starts[1]
   // The plan must fit the caller's buffer.
   EXPECT_THROW(
-      backend->init_forward_metadata_decode_graph(padded2, host.data(), 3 * B, device.data()),
+      (void)backend->init_forward_metadata_decode_graph(padded2, host.data(), 3 * B, device.data()),
       CheckError);
 }
 
@@ -276,10 +279,10 @@ TEST(DecodeGraphs, TheCpuPlatformHasNone) {
 
   // A CPU runner runs every forward eagerly whatever the flags say.
   model::testing::TempDir dir;
-  MakeModelOptions mo;
+  makemodel::MakeModelOptions mo;
   mo.preset = "tiny";
   mo.output = dir.path() / "tiny";
-  ASSERT_TRUE(make_model(mo).is_ok());
+  ASSERT_TRUE(makemodel::make_model(mo).is_ok());
   ModelRunnerOptions o;
   o.max_total_tokens = 1024;
   o.max_running_requests = 4;

@@ -11,7 +11,7 @@
 
 #include "kvserve/engine/penalties.h"
 #include "kvserve/engine/sampler.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "support/model_session.h"
 #include "unit/model_test_util.h"
@@ -21,10 +21,10 @@ namespace {
 
 TEST(ForwardSample, CpuEqualsForwardThenHostSampler) {
   testing::TempDir dir;
-  MakeModelOptions mo;
+  makemodel::MakeModelOptions mo;
   mo.preset = "tiny";
   mo.output = dir.path() / "tiny";
-  ASSERT_TRUE(make_model(mo).is_ok());
+  ASSERT_TRUE(makemodel::make_model(mo).is_ok());
   ModelRunnerOptions o;
   o.max_total_tokens = 2048;
   o.max_running_requests = 8;
@@ -67,12 +67,14 @@ TEST(ForwardSample, CpuEqualsForwardThenHostSampler) {
     std::vector<float> logprobs;
     std::vector<float> raw;
     const std::vector<int32_t> raw_rows = {3, 1};
-    runner.forward_sample(fb,
-                          {.rows = rows,
-                           .penalty_offsets = csr.offsets,
-                           .penalty_entries = csr.entries,
-                           .raw_rows = raw_rows},
-                          tokens, &logprobs, &raw);
+    ASSERT_TRUE(runner
+                    .forward_sample(fb,
+                                    {.rows = rows,
+                                     .penalty_offsets = csr.offsets,
+                                     .penalty_entries = csr.entries,
+                                     .raw_rows = raw_rows},
+                                    tokens, &logprobs, &raw)
+                    .is_ok());
     const std::vector<float> logits = plain.logits(add, decode);
     ASSERT_EQ(tokens.size(), static_cast<size_t>(n));
     ASSERT_EQ(raw.size(), raw_rows.size() * vocab);

@@ -19,7 +19,8 @@ std::vector<float> random(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
+  for (auto& x : v)
+    x = d(rng);
   return v;
 }
 
@@ -32,15 +33,25 @@ TEST_F(LayerOps, GemmWithBiasAndStrides) {
   const int64_t m = 7, n = 33, k = 65, lda = 70, ldc = 40;
   const auto a = random(m * lda, 1), b = random(n * k, 2), bias = random(n, 3);
   std::vector<float> c(m * ldc, -7.0f);
-  gemm(*p_, {.a = a.data(), .b = b.data(), .bias = bias.data(), .c = c.data(), .m = m, .n = n,
-             .k = k, .lda = lda, .ldb = k, .ldc = ldc});
+  gemm(*p_, {.a = a.data(),
+             .b = b.data(),
+             .bias = bias.data(),
+             .c = c.data(),
+             .m = m,
+             .n = n,
+             .k = k,
+             .lda = lda,
+             .ldb = k,
+             .ldc = ldc});
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double want = bias[j];
-      for (int64_t x = 0; x < k; ++x) want += double(a[i * lda + x]) * b[j * k + x];
+      for (int64_t x = 0; x < k; ++x)
+        want += double(a[i * lda + x]) * b[j * k + x];
       EXPECT_NEAR(c[i * ldc + j], want, 1e-4) << i << "," << j;
     }
-    for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], -7.0f);  // padding untouched
+    for (int64_t j = n; j < ldc; ++j)
+      EXPECT_EQ(c[i * ldc + j], -7.0f);  // padding untouched
   }
 }
 
@@ -50,8 +61,14 @@ TEST_F(LayerOps, RmsNormWithAndWithoutResidual) {
   auto residual = random(rows * cols, 6);
   const auto residual_in = residual;
   std::vector<float> out(rows * cols);
-  rms_norm(*p_, {.x = x.data(), .residual = residual.data(), .out = out.data(),
-                 .weight = w.data(), .rows = rows, .cols = cols, .x_stride = cols, .eps = 1e-5f});
+  rms_norm(*p_, {.x = x.data(),
+                 .residual = residual.data(),
+                 .out = out.data(),
+                 .weight = w.data(),
+                 .rows = rows,
+                 .cols = cols,
+                 .x_stride = cols,
+                 .eps = 1e-5f});
   for (int64_t r = 0; r < rows; ++r) {
     double ss = 0;
     for (int64_t i = 0; i < cols; ++i) {
@@ -67,10 +84,16 @@ TEST_F(LayerOps, RmsNormWithAndWithoutResidual) {
   }
   // In place, no residual.
   auto y = x;
-  rms_norm(*p_, {.x = y.data(), .out = y.data(), .weight = w.data(), .rows = rows, .cols = cols,
-                 .x_stride = cols, .eps = 1e-6f});
+  rms_norm(*p_, {.x = y.data(),
+                 .out = y.data(),
+                 .weight = w.data(),
+                 .rows = rows,
+                 .cols = cols,
+                 .x_stride = cols,
+                 .eps = 1e-6f});
   double ss = 0;
-  for (int64_t i = 0; i < cols; ++i) ss += double(x[i]) * x[i];
+  for (int64_t i = 0; i < cols; ++i)
+    ss += double(x[i]) * x[i];
   EXPECT_NEAR(y[3], x[3] / std::sqrt(ss / cols + 1e-6) * w[3], 1e-5);
 }
 
@@ -81,14 +104,23 @@ TEST_F(LayerOps, RopeRotatesHalvesByPositionTimesFrequency) {
   auto q = random(pos.size() * heads * dim, 7);
   auto k = random(pos.size() * kv_heads * dim, 8);
   const auto q0 = q, k0 = k;
-  rope(*p_, {.q = q.data(), .k = k.data(), .positions = pos.data(), .inv_freq = inv.data(),
-             .num_tokens = int64_t(pos.size()), .q_stride = heads * dim, .k_stride = kv_heads * dim,
-             .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = dim, .rotary_dim = dim});
+  rope(*p_, {.q = q.data(),
+             .k = k.data(),
+             .positions = pos.data(),
+             .inv_freq = inv.data(),
+             .num_tokens = int64_t(pos.size()),
+             .q_stride = heads * dim,
+             .k_stride = kv_heads * dim,
+             .num_heads = heads,
+             .num_kv_heads = kv_heads,
+             .head_dim = dim,
+             .rotary_dim = dim});
   for (size_t t = 0; t < pos.size(); ++t) {
     for (int32_t h = 0; h < heads; ++h) {
       for (int32_t i = 0; i < dim / 2; ++i) {
         const double a = pos[t] * std::pow(10000.0, -2.0 * i / dim);
-        const double x1 = q0[(t * heads + h) * dim + i], x2 = q0[(t * heads + h) * dim + i + dim / 2];
+        const double x1 = q0[(t * heads + h) * dim + i],
+                     x2 = q0[(t * heads + h) * dim + i + dim / 2];
         // f32 angles (as transformers computes them): error grows with the position.
         const double tol = 1e-5 + 2e-7 * pos[t];
         EXPECT_NEAR(q[(t * heads + h) * dim + i], x1 * std::cos(a) - x2 * std::sin(a), tol);
@@ -151,8 +183,11 @@ TEST_F(LayerOps, SplitQkvRopeFusedStoreWritesTheCacheRows) {
 }
 
 TEST(Rope, Llama3ScalingBands) {
-  model::RopeScaling s{.rope_type = "llama3", .factor = 8, .low_freq_factor = 1,
-                       .high_freq_factor = 4, .original_max_position_embeddings = 8192};
+  checkpoint::RopeScaling s{.rope_type = "llama3",
+                            .factor = 8,
+                            .low_freq_factor = 1,
+                            .high_freq_factor = 4,
+                            .original_max_position_embeddings = 8192};
   const int32_t dim = 128;
   const auto base = model::rope_inv_freq(500000.0, dim, {});
   const auto scaled = model::rope_inv_freq(500000.0, dim, s);
@@ -187,13 +222,21 @@ TEST_F(LayerOps, SiluAndMulAndEmbedding) {
   const auto table = random(5 * 4, 10);
   const std::vector<int32_t> ids = {4, 0, 4};
   std::vector<float> emb(3 * 4);
-  embedding(*p_, {.table = table.data(), .ids = ids.data(), .out = emb.data(), .num_tokens = 3,
-                  .hidden = 4, .vocab = 5});
+  embedding(*p_, {.table = table.data(),
+                  .ids = ids.data(),
+                  .out = emb.data(),
+                  .num_tokens = 3,
+                  .hidden = 4,
+                  .vocab = 5});
   EXPECT_EQ(emb[0], table[16]);
   EXPECT_EQ(emb[4], table[0]);
   const std::vector<int32_t> bad = {5};
-  EXPECT_THROW(embedding(*p_, {.table = table.data(), .ids = bad.data(), .out = emb.data(),
-                               .num_tokens = 1, .hidden = 4, .vocab = 5}),
+  EXPECT_THROW(embedding(*p_, {.table = table.data(),
+                               .ids = bad.data(),
+                               .out = emb.data(),
+                               .num_tokens = 1,
+                               .hidden = 4,
+                               .vocab = 5}),
                CheckError);
 }
 

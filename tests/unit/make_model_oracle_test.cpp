@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kvserve/engine/generate.h"
-#include "kvserve/mem/radix_cache.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "unit/model_test_util.h"
 
@@ -24,11 +24,11 @@ nlohmann::json load_fixture() {
 TEST(MakeModelOracle, TinyTokenizerAndGreedyMatchTransformers) {
   const nlohmann::json want = load_fixture();
   model::testing::TempDir dir;
-  model::MakeModelOptions o;
+  makemodel::MakeModelOptions o;
   o.preset = "tiny";
   o.output = dir.path() / "tiny";
   o.seed = 0;
-  ASSERT_TRUE(model::make_model(o).is_ok());
+  ASSERT_TRUE(makemodel::make_model(o).is_ok());
 
   auto tok = tokenizer::Tokenizer::from_directory(o.output);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
@@ -43,7 +43,7 @@ TEST(MakeModelOracle, TinyTokenizerAndGreedyMatchTransformers) {
   ro.max_total_tokens = 1024;
   auto runner = model::ModelRunner::create(o.output, ro);
   ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-  mem::RadixCache cache((*runner)->req_to_token(), (*runner)->allocator());
+  mem::HostKvMemory cache((*runner)->kv_shape());
   engine::SamplingParams sp;
   sp.temperature = 0;
   sp.ignore_eos = true;

@@ -14,24 +14,24 @@
 #include <string>
 #include <vector>
 
-#include "kvserve/model/checkpoint_layout.h"
-#include "kvserve/model/config.h"
-#include "kvserve/model/make_model.h"
-#include "kvserve/model/presets.h"
-#include "kvserve/model/random_weights.h"
-#include "kvserve/model/weights.h"
+#include "kvserve/checkpoint/config.h"
+#include "kvserve/checkpoint/weights.h"
+#include "kvserve/makemodel/checkpoint_layout.h"
+#include "kvserve/makemodel/make_model.h"
+#include "kvserve/makemodel/presets.h"
+#include "kvserve/makemodel/random_weights.h"
 #include "model_test_util.h"
 #include "run_kvserve.h"
 
-namespace kvserve::model {
+namespace kvserve::makemodel {
 namespace {
 
 namespace fs = std::filesystem;
+using model::testing::fixtures_dir;
+using model::testing::read_file;
+using model::testing::TempDir;
+using model::testing::write_file;
 using nlohmann::json;
-using testing::fixtures_dir;
-using testing::read_file;
-using testing::TempDir;
-using testing::write_file;
 
 MakeModelOptions tiny_options(const fs::path& out, uint64_t seed = 1) {
   MakeModelOptions o;
@@ -55,7 +55,7 @@ uint64_t directory_bytes(const fs::path& dir) {
   return total;
 }
 
-std::vector<float> as_floats(const WeightView& v) {
+std::vector<float> as_floats(const checkpoint::WeightView& v) {
   std::vector<float> out(static_cast<size_t>(v.numel()));
   convert_elements(v.data, v.dtype, out.data(), DType::kF32, out.size());
   return out;
@@ -100,9 +100,9 @@ TEST(MakeModel, TinyWritesAStandardCheckpointUnder5MB) {
 TEST(MakeModel, TinyConfigParsesBackToThePreset) {
   TempDir tmp;
   make_ok(tiny_options(tmp.path()));
-  const Result<ModelConfig> c = load_model_config(tmp.path());
+  const Result<checkpoint::ModelConfig> c = checkpoint::load_model_config(tmp.path());
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  EXPECT_EQ(c->architecture, Architecture::kLlama);
+  EXPECT_EQ(c->architecture, checkpoint::Architecture::kLlama);
   EXPECT_EQ(c->architecture_name, "LlamaForCausalLM");
   EXPECT_EQ(c->hidden_size, 64);
   EXPECT_EQ(c->intermediate_size, 176);
@@ -121,7 +121,7 @@ TEST(MakeModel, TinyConfigParsesBackToThePreset) {
   EXPECT_EQ(c->bos_token_id, 4352);                         // <|endoftext|>
   EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{4354});  // <|im_end|>
 
-  const Result<GenerationConfig> g = load_generation_config(tmp.path());
+  const Result<checkpoint::GenerationConfig> g = checkpoint::load_generation_config(tmp.path());
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   EXPECT_EQ(g->eos_token_ids, (std::vector<int32_t>{4354, 4352}));  // <|im_end|>, <|endoftext|>
   EXPECT_EQ(g->pad_token_id, 4352);
@@ -131,7 +131,7 @@ TEST(MakeModel, TinyConfigParsesBackToThePreset) {
 TEST(MakeModel, TinyTensorsHaveHfNamesShapesAndDtype) {
   TempDir tmp;
   make_ok(tiny_options(tmp.path()));
-  const auto store = WeightStore::open(tmp.path());
+  const auto store = checkpoint::WeightStore::open(tmp.path());
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
   const auto expected = tiny_expected_shapes();
   std::vector<std::string> expected_names;
@@ -140,7 +140,7 @@ TEST(MakeModel, TinyTensorsHaveHfNamesShapesAndDtype) {
   EXPECT_EQ((*store)->names(), expected_names);
   int64_t params = 0;
   for (const auto& [name, shape] : expected) {
-    const Result<WeightView> v = (*store)->get(name);
+    const Result<checkpoint::WeightView> v = (*store)->get(name);
     ASSERT_TRUE(v.is_ok()) << v.status().to_string();
     EXPECT_EQ(v->shape, shape) << name;
     EXPECT_EQ(v->dtype, DType::kBF16) << name;
@@ -161,18 +161,18 @@ TEST(MakeModel, DeterministicForASeedDifferentForAnother) {
   EXPECT_NE(read_file(tmp / "a" / "model.safetensors"), read_file(tmp / "c" / "model.safetensors"));
   EXPECT_EQ(read_file(tmp / "a" / "tokenizer.json"), read_file(tmp / "c" / "tokenizer.json"));
 
-  const auto a = WeightStore::open(tmp / "a");
-  const auto c = WeightStore::open(tmp / "c");
+  const auto a = checkpoint::WeightStore::open(tmp / "a");
+  const auto c = checkpoint::WeightStore::open(tmp / "c");
   ASSERT_TRUE(a.is_ok() && c.is_ok());
   for (const std::string& name : (*a)->names()) {
-    const WeightView va = *(*a)->get(name);
-    const WeightView vc = *(*c)->get(name);
+    const checkpoint::WeightView va = *(*a)->get(name);
+    const checkpoint::WeightView vc = *(*c)->get(name);
     const bool same = std::memcmp(va.data, vc.data, va.bytes) == 0;
     EXPECT_EQ(same, name.ends_with("norm.weight")) << name;  // only the all-ones norms agree
   }
   // Two tensors of one checkpoint differ too (each has its own stream).
-  const WeightView q = *(*a)->get("model.layers.0.self_attn.q_proj.weight");
-  const WeightView o = *(*a)->get("model.layers.0.self_attn.o_proj.weight");
+  const checkpoint::WeightView q = *(*a)->get("model.layers.0.self_attn.q_proj.weight");
+  const checkpoint::WeightView o = *(*a)->get("model.layers.0.self_attn.o_proj.weight");
   EXPECT_NE(std::memcmp(q.data, o.data, q.bytes), 0);
 }
 
@@ -183,10 +183,10 @@ TEST(MakeModel, NormWeightsAreExactlyOneAndMatricesAreNormal002) {
     MakeModelOptions o = tiny_options(tmp.path(), 3);
     o.dtype = dtype;
     make_ok(o);
-    const auto store = WeightStore::open(tmp.path());
+    const auto store = checkpoint::WeightStore::open(tmp.path());
     ASSERT_TRUE(store.is_ok());
     for (const std::string& name : (*store)->names()) {
-      const WeightView v = *(*store)->get(name);
+      const checkpoint::WeightView v = *(*store)->get(name);
       EXPECT_EQ(v.dtype, dtype);
       if (!name.ends_with("norm.weight")) continue;
       for (const float x : as_floats(v))
@@ -233,18 +233,18 @@ TEST(MakeModel, ShardsWithAnIndexAboveTheShardSize) {
   EXPECT_EQ(index["weight_map"]["model.norm.weight"], "model-00003-of-00003.safetensors");
   EXPECT_EQ(index["weight_map"]["model.layers.0.mlp.up_proj.weight"],
             "model-00003-of-00003.safetensors");
-  const auto store = WeightStore::open(tmp.path());
+  const auto store = checkpoint::WeightStore::open(tmp.path());
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
   EXPECT_EQ((*store)->names().size(), 21u);
 
   // The same weights as the single-file checkpoint of the same seed.
   TempDir single;
   make_ok(tiny_options(single.path()));
-  const auto one = WeightStore::open(single.path());
+  const auto one = checkpoint::WeightStore::open(single.path());
   ASSERT_TRUE(one.is_ok());
   for (const std::string& name : (*one)->names()) {
-    const WeightView a = *(*one)->get(name);
-    const WeightView b = *(*store)->get(name);
+    const checkpoint::WeightView a = *(*one)->get(name);
+    const checkpoint::WeightView b = *(*store)->get(name);
     ASSERT_EQ(a.bytes, b.bytes);
     EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes), 0) << name;
   }
@@ -261,7 +261,8 @@ TEST(MakeModel, ShardsWithAnIndexAboveTheShardSize) {
 TEST(MakeModel, PlanShardsFollowsSavePretrained) {
   std::vector<CheckpointTensor> t;
   for (const int64_t n : {40, 40, 100, 30, 30, 30}) {
-    t.push_back({TensorSpec{"t" + std::to_string(t.size()), DType::kU8, {n}}, TensorInit::kNormal});
+    t.push_back({checkpoint::TensorSpec{"t" + std::to_string(t.size()), DType::kU8, {n}},
+                 TensorInit::kNormal});
   }
   const std::vector<Shard> s = plan_shards(t, 90);
   // [t0 t1] (80), t2 alone (over the limit, emitted at once), [t3 t4 t5] (90).
@@ -291,10 +292,11 @@ TEST(MakeModel, ShapePresetsHaveTheRealModelsConfigsAndParameterCounts) {
     SCOPED_TRACE(e.preset);
     const Preset* p = find_preset(e.preset);
     ASSERT_NE(p, nullptr);
-    const Result<ModelConfig> ours = parse_model_config(config_json_text(*p, DType::kBF16), "ours");
+    const Result<checkpoint::ModelConfig> ours =
+        checkpoint::parse_model_config(config_json_text(*p, DType::kBF16), "ours");
     ASSERT_TRUE(ours.is_ok()) << ours.status().to_string();
-    const Result<ModelConfig> real =
-        load_model_config(fixtures_dir() / "model_configs" / e.real_config);
+    const Result<checkpoint::ModelConfig> real =
+        checkpoint::load_model_config(fixtures_dir() / "model_configs" / e.real_config);
     ASSERT_TRUE(real.is_ok());
     EXPECT_EQ(ours->architecture_name, real->architecture_name);
     EXPECT_EQ(ours->vocab_size, real->vocab_size);
@@ -326,13 +328,13 @@ TEST(MakeModel, ShapePresetsHaveTheRealModelsConfigsAndParameterCounts) {
     const std::vector<CheckpointTensor> t = checkpoint_tensors(p->config, DType::kBF16);
     int64_t params = 0;
     for (const CheckpointTensor& c : t)
-      params += static_cast<int64_t>(*shape_numel(c.spec.shape));
+      params += static_cast<int64_t>(*checkpoint::shape_numel(c.spec.shape));
     EXPECT_EQ(params, e.parameters);
     EXPECT_EQ(t.size(), e.tensors);
   }
-  EXPECT_EQ(
-      parse_model_config(config_json_text(*find_preset("tiny"), DType::kF32), "x")->torch_dtype,
-      DType::kF32);
+  EXPECT_EQ(checkpoint::parse_model_config(config_json_text(*find_preset("tiny"), DType::kF32), "x")
+                ->torch_dtype,
+            DType::kF32);
   // Llama-3.1-8B at bf16 (16.06 GB) is sharded at save_pretrained's 5 GB, like the real one.
   const Preset* l8 = find_preset("llama-3.1-8b-shape");
   EXPECT_EQ(plan_shards(checkpoint_tensors(l8->config, DType::kBF16), 5'000'000'000).size(), 4u);
@@ -458,4 +460,4 @@ TEST(MakeModelCli, ExitCodesAndMessages) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::makemodel

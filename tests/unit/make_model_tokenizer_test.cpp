@@ -10,30 +10,30 @@
 #include <string>
 #include <vector>
 
-#include "kvserve/model/bpe_vocab.h"
-#include "kvserve/model/gpt2_merges.h"
-#include "kvserve/model/make_model.h"
-#include "kvserve/model/presets.h"
-#include "kvserve/model/synthetic_tokenizer.h"
+#include "kvserve/makemodel/bpe_vocab.h"
+#include "kvserve/makemodel/gpt2_merges.h"
+#include "kvserve/makemodel/make_model.h"
+#include "kvserve/makemodel/presets.h"
+#include "kvserve/makemodel/synthetic_tokenizer.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "model_test_util.h"
 
-namespace kvserve::model {
+namespace kvserve::makemodel {
 namespace {
 
 namespace fs = std::filesystem;
+using model::testing::fixtures_dir;
+using model::testing::read_file;
+using model::testing::TempDir;
+using model::testing::write_file;
 using nlohmann::json;
-using testing::fixtures_dir;
-using testing::read_file;
-using testing::TempDir;
-using testing::write_file;
 
 TEST(MakeModelTokenizer, EmbeddedMergesEqualTheDataFile) {
   const fs::path data =
       fixtures_dir() / ".." / ".." / "data" / "tokenizer" / "gpt2-merges-4096.txt";
   ASSERT_TRUE(fs::exists(data)) << data;
   EXPECT_EQ(std::string(gpt2_merges_text()), read_file(data))
-      << "regenerate: data/tokenizer/embed_merges.sh > src/kvserve/model/gpt2_merges_data.cpp";
+      << "the build embeds this file (cmake/embed_text.cmake, src/CMakeLists.txt): rebuild";
 }
 
 TEST(MakeModelTokenizer, VocabularyIsGpt2s) {
@@ -182,4 +182,4 @@ TEST(MakeModelTokenizer, KvserveTokenizerMatchesTransformersJs) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::makemodel

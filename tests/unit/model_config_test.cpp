@@ -6,16 +6,16 @@
 #include <initializer_list>
 #include <string>
 
-#include "kvserve/model/config.h"
+#include "kvserve/checkpoint/config.h"
 #include "model_test_util.h"
 
-namespace kvserve::model {
+namespace kvserve::checkpoint {
 namespace {
 
+using model::testing::fixtures_dir;
+using model::testing::TempDir;
+using model::testing::write_file;
 using nlohmann::json;
-using testing::fixtures_dir;
-using testing::TempDir;
-using testing::write_file;
 
 std::filesystem::path config_fixture(const std::string& name) {
   return fixtures_dir() / "model_configs" / name;
@@ -125,6 +125,7 @@ TEST(ModelConfig, Mistral) {
   EXPECT_EQ(v1.architecture, Architecture::kMistral);
   EXPECT_EQ(v1.model_type, "mistral");
   EXPECT_EQ(v1.sliding_window, 4096);
+  EXPECT_EQ(v1.sliding_window_layers, 32);  // every layer
   EXPECT_FALSE(v1.attention_bias);
   EXPECT_EQ(v1.head_dim, 128);
   EXPECT_EQ(v1.rms_norm_eps, 1e-5);
@@ -160,18 +161,19 @@ TEST(ModelConfig, DefaultsAsTransformersAppliesThem) {
 
   const ModelConfig mistral = parse_ok(minimal("MistralForCausalLM"));
   EXPECT_EQ(mistral.max_position_embeddings, 131072);
-  EXPECT_FALSE(mistral.sliding_window.has_value());
+  EXPECT_EQ(mistral.sliding_window, 4096);  // MistralConfig's default when the key is absent
+  EXPECT_EQ(mistral.sliding_window_layers, 2);
 }
 
 TEST(ModelConfig, OptionalFieldVariants) {
   json j = minimal("LlamaForCausalLM");
-  j["attention_bias"] = true;
+  j["attention_bias"] = false;  // true is refused for Llama (config_audit_test.cpp)
   j["rope_scaling"] = nullptr;
   j["eos_token_id"] = 7;
   j["bos_token_id"] = nullptr;
   j["dtype"] = "float16";  // transformers >= 4.56 writes "dtype"
   ModelConfig c = parse_ok(j);
-  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.attention_bias);
   EXPECT_EQ(c.rope_scaling.rope_type, "default");
   EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{7});
   EXPECT_FALSE(c.bos_token_id.has_value());
@@ -210,7 +212,9 @@ TEST(ModelConfig, OptionalFieldVariants) {
   json q = minimal("Qwen2ForCausalLM");
   q["use_sliding_window"] = true;
   q["sliding_window"] = 4096;
+  q["max_window_layers"] = 1;  // layer 1 slides
   EXPECT_EQ(parse_ok(q).sliding_window, 4096);
+  EXPECT_EQ(parse_ok(q).sliding_window_layers, 1);
 }
 
 TEST(ModelConfigErrors, MissingFileAndBadJsonNameTheFile) {
@@ -441,4 +445,4 @@ TEST(GenerationConfig, ErrorsNameFileAndField) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::checkpoint

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/model/model_runner.h"
 #include "unit/model_test_util.h"
 
@@ -17,30 +17,30 @@ namespace fs = std::filesystem;
 class ModelLoad : public ::testing::Test {
  protected:
   void SetUp() override {
-    MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir_.path() / "ok";
-    ASSERT_TRUE(make_model(o).is_ok());
+    ASSERT_TRUE(makemodel::make_model(o).is_ok());
   }
 
   // A copy of the tiny checkpoint whose weights are rewritten by `edit` (name -> shape/bytes).
   fs::path variant(const std::string& name,
-                   const std::function<void(std::vector<TensorToWrite>&)>& edit) {
+                   const std::function<void(std::vector<checkpoint::TensorToWrite>&)>& edit) {
     const fs::path out = dir_.path() / name;
     fs::create_directories(out);
     for (const auto& f : fs::directory_iterator(dir_.path() / "ok")) {
       if (f.path().filename() != "model.safetensors")
         fs::copy_file(f.path(), out / f.path().filename());
     }
-    auto store = std::move(WeightStore::open(dir_.path() / "ok").value());
-    std::vector<TensorToWrite> tensors;
+    auto store = std::move(checkpoint::WeightStore::open(dir_.path() / "ok").value());
+    std::vector<checkpoint::TensorToWrite> tensors;
     for (const std::string& n : store->names()) {
-      const WeightView w = std::move(store->get(n).value());
+      const checkpoint::WeightView w = std::move(store->get(n).value());
       tensors.push_back(
           {n, w.dtype, w.shape, std::span(static_cast<const uint8_t*>(w.data), w.bytes)});
     }
     edit(tensors);
-    EXPECT_TRUE(write_safetensors(out / "model.safetensors", tensors).is_ok());
+    EXPECT_TRUE(checkpoint::write_safetensors(out / "model.safetensors", tensors).is_ok());
     return out;
   }
 
@@ -59,7 +59,7 @@ TEST_F(ModelLoad, TheTinyCheckpointLoads) {
 }
 
 TEST_F(ModelLoad, WrongShapeNamesTensorFileAndShapes) {
-  const fs::path d = variant("shape", [](std::vector<TensorToWrite>& t) {
+  const fs::path d = variant("shape", [](std::vector<checkpoint::TensorToWrite>& t) {
     for (auto& x : t) {
       if (x.name == "model.layers.1.mlp.down_proj.weight") std::swap(x.shape[0], x.shape[1]);
     }
@@ -72,8 +72,9 @@ TEST_F(ModelLoad, WrongShapeNamesTensorFileAndShapes) {
 }
 
 TEST_F(ModelLoad, MissingTensorIsNotFound) {
-  const fs::path d = variant("missing", [](std::vector<TensorToWrite>& t) {
-    std::erase_if(t, [](const TensorToWrite& x) { return x.name == "model.norm.weight"; });
+  const fs::path d = variant("missing", [](std::vector<checkpoint::TensorToWrite>& t) {
+    std::erase_if(t,
+                  [](const checkpoint::TensorToWrite& x) { return x.name == "model.norm.weight"; });
   });
   const Status s = load(d);
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.to_string();
@@ -81,7 +82,7 @@ TEST_F(ModelLoad, MissingTensorIsNotFound) {
 }
 
 TEST_F(ModelLoad, TruncatedWeightsFile) {
-  const fs::path d = variant("truncated", [](std::vector<TensorToWrite>&) {});
+  const fs::path d = variant("truncated", [](std::vector<checkpoint::TensorToWrite>&) {});
   fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") / 2);
   const Status s = load(d);
   EXPECT_FALSE(s.is_ok());
@@ -89,7 +90,7 @@ TEST_F(ModelLoad, TruncatedWeightsFile) {
 }
 
 TEST_F(ModelLoad, ConfigAndWeightsDisagree) {
-  const fs::path d = variant("config", [](std::vector<TensorToWrite>&) {});
+  const fs::path d = variant("config", [](std::vector<checkpoint::TensorToWrite>&) {});
   std::ifstream in(d / "config.json");
   nlohmann::json c = nlohmann::json::parse(in);
   in.close();
@@ -101,7 +102,7 @@ TEST_F(ModelLoad, ConfigAndWeightsDisagree) {
 }
 
 TEST_F(ModelLoad, UnknownArchitectureAndBadOptions) {
-  const fs::path d = variant("arch", [](std::vector<TensorToWrite>&) {});
+  const fs::path d = variant("arch", [](std::vector<checkpoint::TensorToWrite>&) {});
   std::ifstream in(d / "config.json");
   nlohmann::json c = nlohmann::json::parse(in);
   in.close();
@@ -116,11 +117,10 @@ TEST_F(ModelLoad, UnknownArchitectureAndBadOptions) {
   EXPECT_EQ(ModelRunner::create(dir_.path() / "ok", o).status().code(),
             StatusCode::kInvalidArgument);
   o = {};
-  o.kv_cache_dtype = "fp4";
-  EXPECT_EQ(ModelRunner::create(dir_.path() / "ok", o).status().code(),
-            StatusCode::kInvalidArgument);
+  o.kv_cache_dtype = DType::kI32;  // a name the command line refuses; a typed value, at load
+  EXPECT_EQ(ModelRunner::create(dir_.path() / "ok", o).status().code(), StatusCode::kUnimplemented);
   o = {};
-  o.device = "cuda:7";
+  o.device = Device{DeviceKind::kCuda, 7};
   EXPECT_FALSE(ModelRunner::create(dir_.path() / "ok", o).is_ok());
 }
 

@@ -11,8 +11,9 @@
 
 #include "kvserve/engine/generate.h"
 #include "kvserve/mem/allocation.h"
-#include "kvserve/mem/chunk_cache.h"
-#include "kvserve/mem/radix_cache.h"
+#include "kvserve/mem/batch_lifecycle.h"
+#include "kvserve/mem/host_kv_memory.h"
+#include "support/typed_options.h"
 
 namespace kvserve {
 namespace {
@@ -53,7 +54,7 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t pag
                                                 const std::string& backend) {
   model::ModelRunnerOptions o;
   o.page_size = page_size;
-  o.attention_backend = backend;
+  o.attention_backend = test_support::backend_of(backend);
   o.max_total_tokens = 4096;
   o.max_running_requests = 8;
   auto r = model::ModelRunner::create(dir, o);
@@ -64,24 +65,17 @@ std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t pag
 // Last-position logits of every prompt, as one batched prefill.
 std::vector<std::vector<float>> prefill_logits(model::ModelRunner& r,
                                                const std::vector<std::vector<int32_t>>& prompts) {
-  mem::ChunkCache cache(r.req_to_token(), r.allocator());
-  const mem::KvMemory memory{r.req_to_token(), r.allocator(), cache};
+  mem::HostKvMemory host(r.kv_shape(), mem::PrefixCacheKind::kChunk);
+  const mem::KvMemory memory = host.view();
   std::vector<mem::KvReqState> kv(prompts.size());
-  std::vector<mem::KvReqState*> ptrs;
-  std::vector<int32_t> lens;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ptrs.push_back(&kv[i]);
-    lens.push_back(static_cast<int32_t>(prompts[i].size()));
-  }
-  std::vector<int32_t> loc;
-  EXPECT_TRUE(mem::alloc_for_extend(memory, ptrs, lens, loc).is_ok());
-  std::vector<mem::ForwardRequest> fwd;
+  std::vector<mem::BatchEntry> entries;
   for (size_t i = 0; i < prompts.size(); ++i)
-    fwd.push_back({kv[i].row, 0, prompts[i]});
-  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc,
-                                                        r.req_to_token(), r.kv_pool());
+    entries.push_back({&kv[i], prompts[i]});
+  auto prepared = mem::prepare_extend(memory, entries);
+  EXPECT_TRUE(prepared.is_ok());
+  mem::ForwardBatch batch = std::move(prepared).value();
   std::vector<float> flat;
-  r.forward(batch, flat);
+  KV_CHECK(r.forward(batch, flat).is_ok());
   for (auto& k : kv)
     mem::release_kv_cache(memory, k, {}, false);
   const int32_t vocab = r.config().vocab_size;
@@ -92,7 +86,7 @@ std::vector<std::vector<float>> prefill_logits(model::ModelRunner& r,
   return out;
 }
 
-std::vector<std::vector<int32_t>> greedy(model::ModelRunner& r, mem::PrefixCache& cache,
+std::vector<std::vector<int32_t>> greedy(model::ModelRunner& r, mem::HostKvMemory& cache,
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          std::vector<int32_t>* cached = nullptr) {
   std::vector<engine::GenerateRequest> reqs;
@@ -133,7 +127,7 @@ TEST_P(OracleTest, LogitsAndGreedyMatchTransformers) {
   for (size_t i = 0; i < want.prompts.size(); ++i) {
     EXPECT_LT(max_abs_diff(logits[i], want.last_logits[i]), 1e-4) << "prompt " << i;
   }
-  mem::ChunkCache cache(r->req_to_token(), r->allocator());
+  mem::HostKvMemory cache(r->kv_shape(), mem::PrefixCacheKind::kChunk);
   const auto tokens = greedy(*r, cache, want.prompts);
   for (size_t i = 0; i < want.prompts.size(); ++i) {
     EXPECT_EQ(tokens[i], want.greedy[i]) << "prompt " << i;
@@ -158,7 +152,7 @@ TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {
         EXPECT_LT(max_abs_diff(logits[i], base_logits[i]), 1e-5) << "prompt " << i;
       }
       // Batched.
-      mem::RadixCache radix(r->req_to_token(), r->allocator());
+      mem::HostKvMemory radix(r->kv_shape(), mem::PrefixCacheKind::kRadix);
       EXPECT_EQ(greedy(*r, radix, want.prompts), want.greedy);
       // Again: now each prompt's whole pages come from the prefix cache.
       std::vector<int32_t> cached;
@@ -171,12 +165,12 @@ TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {
       std::vector<int32_t> longer = want.prompts.back();
       longer.insert(longer.end(), want.greedy.back().begin(), want.greedy.back().begin() + 10);
       auto fresh = make_runner(dir, ps, backend);
-      mem::ChunkCache none(fresh->req_to_token(), fresh->allocator());
+      mem::HostKvMemory none(fresh->kv_shape(), mem::PrefixCacheKind::kChunk);
       EXPECT_EQ(greedy(*r, radix, {longer}), greedy(*fresh, none, {longer}));
       // One at a time, without a prefix cache.
       if (ps == 16) {
         for (size_t i = 0; i < want.prompts.size(); ++i) {
-          mem::ChunkCache chunk(r->req_to_token(), r->allocator());
+          mem::HostKvMemory chunk(r->kv_shape(), mem::PrefixCacheKind::kChunk);
           EXPECT_EQ(greedy(*r, chunk, {want.prompts[i]})[0], want.greedy[i]) << "prompt " << i;
         }
       }

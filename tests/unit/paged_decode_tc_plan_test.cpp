@@ -100,11 +100,10 @@ TEST(DecodeTcPlan, CtasPerSmTable) {
 TEST(DecodeTcPlan, Stages) {
   EXPECT_EQ(ops::resolve_decode_tc_stages(2, 128), 2);
   EXPECT_EQ(ops::resolve_decode_tc_stages(4, 64), 4);
-  if (std::getenv("KVSERVE_DECODE_TC_STAGES") == nullptr) {
-    EXPECT_EQ(ops::resolve_decode_tc_stages(0, 128), 3);
-    EXPECT_EQ(ops::resolve_decode_tc_stages(0, 64), 4);
-    EXPECT_EQ(ops::resolve_decode_tc_stages(7, 64), 4);  // not a depth: the default
-  }
+  // The environment plays no part any more (platform/kernel_switches.h).
+  EXPECT_EQ(ops::resolve_decode_tc_stages(0, 128), 3);
+  EXPECT_EQ(ops::resolve_decode_tc_stages(0, 64), 4);
+  EXPECT_EQ(ops::resolve_decode_tc_stages(7, 64), 4);  // not a depth: the default
 }
 
 // blocks / (waves x slots) for a plan.

@@ -4,7 +4,11 @@
 #include <cstring>
 #include <vector>
 
+#include <cstdlib>
+
+#include "kvserve/platform/allocation_faults.h"
 #include "kvserve/platform/device_pool.h"
+#include "kvserve/platform/kernel_switches_env.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::platform {
@@ -154,6 +158,75 @@ TEST(TensorView, ShapeAndBytes) {
   EXPECT_EQ(t.shape_string(), "[2, 3, 4]");
   EXPECT_THROW((void)t.dim(3), CheckError);
   EXPECT_THROW(TensorView(data, DType::kF32, {1, 2, 3, 4, 5}), CheckError);
+}
+
+// The one place the KVSERVE_* kernel switches are read: unset keeps the defaults, each variable
+// sets its field, anything else is an error naming the variable; a platform carries the defaults
+// until told otherwise, whatever the environment says.
+TEST(KernelSwitches, FromTheEnvironment) {
+  const char* names[] = {"KVSERVE_FUSED_KV_STORE",  "KVSERVE_DECODE_TC",
+                         "KVSERVE_SKINNY_GEMM",     "KVSERVE_PDL",
+                         "KVSERVE_PREFILL_VARIANT", "KVSERVE_DECODE_TC_STAGES"};
+  for (const char* n : names)
+    unsetenv(n);
+  const KernelSwitches defaults = kernel_switches_from_env().value();
+  EXPECT_TRUE(defaults.fused_kv_store && defaults.decode_tc && defaults.skinny_gemm &&
+              defaults.pdl);
+  EXPECT_EQ(defaults.prefill_variant, ops::PrefillVariant::kAuto);
+  EXPECT_EQ(defaults.decode_tc_stages, 0);
+  EXPECT_EQ(describe(defaults),
+            "fused_kv_store on, decode_tc on, prefill_variant auto, decode_tc_stages auto, "
+            "skinny_gemm on, pdl on");
+
+  setenv("KVSERVE_FUSED_KV_STORE", "0", 1);
+  setenv("KVSERVE_DECODE_TC", "0", 1);
+  setenv("KVSERVE_SKINNY_GEMM", "0", 1);
+  setenv("KVSERVE_PDL", "0", 1);
+  setenv("KVSERVE_PREFILL_VARIANT", "m128w4", 1);
+  setenv("KVSERVE_DECODE_TC_STAGES", "2", 1);
+  const KernelSwitches off = kernel_switches_from_env().value();
+  EXPECT_EQ(describe(off),
+            "fused_kv_store off, decode_tc off, prefill_variant m128w4, decode_tc_stages 2, "
+            "skinny_gemm off, pdl off");
+  // The platform does not read the environment: it carries what it is given.
+  auto cpu = std::move(create_platform(Device{}).value());
+  EXPECT_TRUE(cpu->kernel_switches().pdl);
+  cpu->set_kernel_switches(off);
+  EXPECT_FALSE(cpu->kernel_switches().pdl);
+
+  setenv("KVSERVE_PDL", "yes", 1);
+  auto bad = kernel_switches_from_env();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(), "KVSERVE_PDL=yes: expected 0 or 1");
+  setenv("KVSERVE_PDL", "1", 1);
+  setenv("KVSERVE_DECODE_TC_STAGES", "5", 1);
+  bad = kernel_switches_from_env();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(), "KVSERVE_DECODE_TC_STAGES=5: expected auto, 2, 3 or 4");
+  setenv("KVSERVE_DECODE_TC_STAGES", "auto", 1);
+  setenv("KVSERVE_PREFILL_VARIANT", "m1w1", 1);
+  bad = kernel_switches_from_env();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("KVSERVE_PREFILL_VARIANT=m1w1"), std::string::npos);
+  for (const char* n : names)
+    unsetenv(n);
+}
+
+// The fault injector fails exactly what it was armed for, as an exhausted device would.
+TEST(AllocationFaults, FailsTheArmedAllocationsOnly) {
+  auto cpu = std::move(create_platform(Device{}).value());
+  auto faults = std::make_shared<AllocationFaults>();
+  cpu->set_allocation_faults(faults);
+  EXPECT_TRUE(cpu->allocate_buffer(64).is_ok());  // disarmed
+  faults->arm(2, /*min_bytes=*/1024);
+  EXPECT_TRUE(cpu->allocate_buffer(1023).is_ok());  // too small to count
+  const auto failed = cpu->allocate_buffer(4096);
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(failed.status().message().find("injected fault"), std::string::npos);
+  EXPECT_FALSE(cpu->empty(DType::kF32, {512}).is_ok());  // 2048 bytes: the second
+  EXPECT_TRUE(cpu->allocate_buffer(4096).is_ok());       // spent
+  EXPECT_EQ(faults->injected(), 2);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/mem/page_table.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/platform/ops/req_to_token.h"
@@ -229,6 +230,53 @@ TEST(ReqToTokenPool, TakeWrittenReturnsTheSpanOfWritesSinceTheLastTake) {
   EXPECT_TRUE(host.take_written(row).empty());
 }
 
+// The batch builder takes each row's rewrites from the host table: an extend's whole row below its
+// first new position, a decode's writes since the row's last batch below its new position; the
+// table's written ranges are consumed (the backends never touch the host table).
+TEST(ForwardBatch, RowRewritesAreTakenByTheBatchBuilder) {
+  mem::ReqToTokenPool host(2, 64);
+  const int32_t row = host.alloc_one().value();
+  std::vector<int32_t> slots(10);
+  std::iota(slots.begin(), slots.end(), 10);  // positions 0..9 hold slots 10..19
+  host.write(row, 0, slots);
+  // Extend of positions [6, 10): the mirror copies [0, 6).
+  mem::ForwardBatch b = mem::make_forward_batch(mem::ForwardMode::kExtend, {{row, 6, {1, 2, 3, 4}}},
+                                                {16, 17, 18, 19}, host);
+  EXPECT_EQ(b.row_rewrites.start, (std::vector<int32_t>{0}));
+  EXPECT_EQ(b.row_rewrites.indptr, (std::vector<int32_t>{0, 6}));
+  EXPECT_EQ(b.row_rewrites.slots, (std::vector<int32_t>{10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(b.req_to_token, &host);
+  EXPECT_EQ(b.kv_pool, nullptr) << "the runner's buffers are the runner's to set";
+  EXPECT_TRUE(host.take_written(row).empty()) << "the builder took the written range";
+  // The host rewrites [2, 4) (a prefix-cache rewrite) and allocation writes the decode's slot at
+  // position 10: the decode at position 10 copies [2, 10), its own slot comes with the batch.
+  host.write(row, 2, std::vector<int32_t>{77, 78});
+  host.write_one(row, 10, 99);
+  b = mem::make_forward_batch(mem::ForwardMode::kDecode, {{row, 10, {5}}}, {99}, host);
+  EXPECT_EQ(b.row_rewrites.start, (std::vector<int32_t>{2}));
+  EXPECT_EQ(b.row_rewrites.slots, (std::vector<int32_t>{77, 78, 14, 15, 16, 17, 18, 19}));
+  // Nothing rewritten below the next decode's position: an empty range.
+  host.write_one(row, 11, 100);
+  b = mem::make_forward_batch(mem::ForwardMode::kDecode, {{row, 11, {6}}}, {100}, host);
+  EXPECT_EQ(b.row_rewrites.indptr, (std::vector<int32_t>{0, 0}));
+  EXPECT_TRUE(b.row_rewrites.slots.empty());
+  // An encoder-decoder row: the decoder region starts at 4, so an extend copies the encoder region
+  // [0, 4) and the batch carries the start.
+  const int32_t row2 = host.alloc_one().value();
+  host.write(row2, 0, std::vector<int32_t>{40, 41, 42, 43, 44, 45});
+  b = mem::make_forward_batch(mem::ForwardMode::kExtend, {{row, 12, {7}}, {row2, 0, {8, 9}, 4}},
+                              {101, 44, 45}, host);
+  EXPECT_EQ(b.self_kv_start, (std::vector<int32_t>{0, 4}));
+  EXPECT_EQ(b.row_rewrites.start, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(b.row_rewrites.indptr, (std::vector<int32_t>{0, 12, 16}));
+  EXPECT_EQ(std::vector<int32_t>(b.row_rewrites.slots.begin() + 12, b.row_rewrites.slots.end()),
+            (std::vector<int32_t>{40, 41, 42, 43}));
+  // Padding (decode graphs) adds empty ranges.
+  mem::pad_row_rewrites(b.row_rewrites, 2);
+  EXPECT_EQ(b.row_rewrites.indptr, (std::vector<int32_t>{0, 12, 16, 16, 16}));
+  EXPECT_EQ(b.row_rewrites.start.size(), 4u);
+}
+
 TEST(DeviceReqToToken, ZeroFilledWithTheHostShape) {
   auto platform = cpu();
   mem::ReqToTokenPool host(3, 40);
@@ -237,7 +285,8 @@ TEST(DeviceReqToToken, ZeroFilledWithTheHostShape) {
   EXPECT_EQ(mirror->stride(), 40);
   EXPECT_EQ(mirror->bytes(), size_t{4 * 40 * 4});
   EXPECT_EQ(mirror->read_row(3, 40), std::vector<int32_t>(40, 0));
-  EXPECT_EQ(&mirror->host(), &host);
+  EXPECT_TRUE(mirror->mirrors(host));
+  EXPECT_FALSE(mirror->mirrors(mem::ReqToTokenPool(3, 41)));
 }
 
 class MirrorScenarioTest : public ::testing::TestWithParam<test_support::MirrorScenarioCase> {};

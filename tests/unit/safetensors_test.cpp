@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "kvserve/model/weights.h"
+#include "kvserve/checkpoint/weights.h"
 #include "model_test_util.h"
 
-namespace kvserve::model {
+namespace kvserve::checkpoint {
 namespace {
 
-using testing::read_file;
-using testing::TempDir;
-using testing::write_file;
+using model::testing::read_file;
+using model::testing::TempDir;
+using model::testing::write_file;
 
 std::string le64(uint64_t v) {
   std::string out(8, '\0');
@@ -400,4 +400,4 @@ TEST(Safetensors, SingleFileWinsOverIndex) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::checkpoint

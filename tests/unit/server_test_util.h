@@ -4,13 +4,19 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "kvserve/engine/engine.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/server/http_server.h"
 #include "unit/model_test_util.h"
 
@@ -22,11 +28,11 @@ using json = nlohmann::json;
 inline const std::filesystem::path& tiny_model() {
   static model::testing::TempDir dir;
   static const std::filesystem::path path = [] {
-    model::MakeModelOptions o;
+    makemodel::MakeModelOptions o;
     o.preset = "tiny";
     o.output = dir.path() / "tiny";
     o.seed = 3;
-    EXPECT_TRUE(model::make_model(o).is_ok());
+    EXPECT_TRUE(makemodel::make_model(o).is_ok());
     return o.output;
   }();
   return path;
@@ -98,6 +104,65 @@ class TestServer {
   std::thread thread_;
   mutable int64_t last_checks_ = 0;
 };
+
+// A raw TCP connection to the server, for what an HTTP client library will not send.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~RawConnection() { close_now(); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // Reads until the server closes, `until` appears, or `timeout` passes.
+  std::string read(std::chrono::milliseconds timeout, const std::string& until = "") {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (until.empty() || received_.find(until) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())
+                            .count();
+      if (left <= 0) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) break;
+      char buf[65536];
+      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_by_server_ = true;
+        break;
+      }
+      received_.append(buf, static_cast<size_t>(n));
+    }
+    return received_;
+  }
+  bool closed_by_server() const { return closed_by_server_; }
+  void close_now() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_by_server_ = false;
+  std::string received_;
+};
+
+// The status code of the first response in `raw` (0 when there is none).
+inline int status_of(const std::string& raw) {
+  if (raw.rfind("HTTP/1.1 ", 0) != 0 || raw.size() < 12) return 0;
+  return std::atoi(raw.substr(9, 3).c_str());
+}
 
 // Greedy /generate of token ids: the output ids.
 inline std::vector<int32_t> greedy_ids(const TestServer& s, const std::vector<int32_t>& prompt,

@@ -1,8 +1,8 @@
 // POST /v1/audio/transcriptions, black box: a whisper-test checkpoint (random weights, so the
-// text is deterministic gibberish) served by the real TranscriptionService + TranscriptionServer
-// on a free port, real multipart uploads of the committed clips from an httplib client. The
-// expected texts come from the library called directly (decode_audio_file, resample, log-mel,
-// whisper_generate on a runner of its own, tokenizer decode).
+// text is deterministic gibberish) served by the real Engine + TranscriptionServer on a free port,
+// real multipart uploads of the committed clips from an httplib client. The expected texts come
+// from the library called directly (decode_audio_file, resample, log-mel, whisper_generate on a
+// runner of its own, tokenizer decode): a second decoding path beside the engine's.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -13,8 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kvserve/engine/engine.h"
+#include "kvserve/model/whisper_front_end.h"
 #include "kvserve/server/transcription_server.h"
-#include "kvserve/server/transcription_service.h"
 #include "support/whisper_test_util.h"
 #include "unit/model_test_util.h"
 
@@ -67,26 +68,36 @@ const Expected& expected(const std::string& name) {
   return it->second;
 }
 
+engine::EngineOptions engine_options(int max_running) {
+  engine::EngineOptions o;
+  o.model_path = whisper_model();
+  o.runner.max_running_requests = max_running;
+  return o;
+}
+
 class TranscriptionTestServer {
  public:
   explicit TranscriptionTestServer(server::ServerOptions so = {}, int max_running = 8) {
-    server::TranscriptionServiceOptions o;
-    o.runner.max_running_requests = max_running;
-    auto s = server::TranscriptionService::create(whisper_model(), o);
-    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
-    service_ = std::move(s).value();
+    auto e = engine::Engine::create(engine_options(max_running));
+    EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+    engine_ = std::move(e).value();
+    auto f = model::WhisperFrontEnd::load(whisper_model(), *engine_->whisper_config(),
+                                          *engine_->whisper_generation_config());
+    EXPECT_TRUE(f.is_ok()) << f.status().to_string();
+    front_end_ = std::move(f).value();
     so.port = 0;
-    http_ = std::make_unique<server::TranscriptionServer>(*service_, whisper_model().string(), so);
+    http_ = std::make_unique<server::TranscriptionServer>(*engine_, *front_end_,
+                                                          whisper_model().string(), so);
     EXPECT_TRUE(http_->bind().is_ok());
     thread_ = std::thread([this] { http_->run(); });
   }
   ~TranscriptionTestServer() {
     http_->stop();
-    service_->shutdown();
+    engine_->shutdown();
     thread_.join();
   }
 
-  server::TranscriptionService& service() { return *service_; }
+  engine::Engine& engine() { return *engine_; }
   std::unique_ptr<httplib::Client> client(const std::string& key = "") const {
     auto c = std::make_unique<httplib::Client>("127.0.0.1", http_->port());
     c->set_read_timeout(120, 0);
@@ -107,7 +118,8 @@ class TranscriptionTestServer {
   }
 
  private:
-  std::unique_ptr<server::TranscriptionService> service_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<model::WhisperFrontEnd> front_end_;
   std::unique_ptr<server::TranscriptionServer> http_;
   std::thread thread_;
 };
@@ -200,8 +212,7 @@ TEST(TranscriptionServer, TemperatureSamplesReproduciblyWithASeed) {
     EXPECT_EQ(v["segments"][0]["tokens"].get<std::vector<int32_t>>(), want->tokens);
     EXPECT_FLOAT_EQ(v["segments"][0]["temperature"].get<float>(), 0.8f);
   }
-  // Batched with greedy and differently seeded uploads: the same draws.
-  s.service().set_paused(true);
+  // Decoded together with greedy and differently seeded uploads: the same draws.
   std::vector<std::future<std::tuple<int, std::string, std::string>>> futures;
   for (int i = 0; i < 4; ++i) {
     futures.push_back(std::async(std::launch::async, [&s, &sampled, i] {
@@ -213,10 +224,6 @@ TEST(TranscriptionServer, TemperatureSamplesReproduciblyWithASeed) {
       return s.upload(sampled);
     }));
   }
-  for (int i = 0; i < 2000 && s.info()["num_waiting_reqs"] != 4; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_EQ(s.info()["num_waiting_reqs"], 4);
-  s.service().set_paused(false);
   std::vector<std::string> texts;
   for (auto& f : futures) {
     auto [status, body, type] = f.get();
@@ -228,8 +235,8 @@ TEST(TranscriptionServer, TemperatureSamplesReproduciblyWithASeed) {
   EXPECT_EQ(texts[1], expected("spoons_16k.wav").text);
 }
 
-// 8 uploads at once: the worker, paused until all 8 are queued, decodes them as one batch, and
-// each text is the one a lone request gets.
+// 8 uploads one after the other (each its own prefill), then 8 at once (decoded together by the
+// engine's continuous batching): each text is the one a lone request gets.
 TEST(TranscriptionServer, ConcurrentUploadsAreBatchedWithoutChangingTheText) {
   TranscriptionTestServer s;
   const std::vector<std::string> names = {"hello_16k.wav", "testing_22050.wav", "spoons_16k.wav",
@@ -240,19 +247,14 @@ TEST(TranscriptionServer, ConcurrentUploadsAreBatchedWithoutChangingTheText) {
     ASSERT_EQ(status, 200) << body;
     sequential.push_back(json::parse(body)["text"]);
   }
-  EXPECT_EQ(s.info()["batches_served"], 8);
+  EXPECT_EQ(s.info()["prefill_batches"], 8);
 
-  s.service().set_paused(true);
   std::vector<std::future<std::tuple<int, std::string, std::string>>> futures;
   for (size_t i = 0; i < 8; ++i) {
     futures.push_back(std::async(std::launch::async, [&s, &names, i] {
       return s.upload({file_item(names[i % names.size()])});
     }));
   }
-  for (int i = 0; i < 2000 && s.info()["num_waiting_reqs"] != 8; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(s.info()["num_waiting_reqs"], 8);
-  s.service().set_paused(false);
   for (size_t i = 0; i < 8; ++i) {
     auto [status, body, type] = futures[i].get();
     ASSERT_EQ(status, 200) << body;
@@ -260,32 +262,30 @@ TEST(TranscriptionServer, ConcurrentUploadsAreBatchedWithoutChangingTheText) {
   }
   const json info = s.info();
   EXPECT_EQ(info["requests_served"], 16);
-  EXPECT_EQ(info["batches_served"], 9);  // 8 alone, then the 8 together
-  EXPECT_EQ(info["largest_batch"], 8);
+  EXPECT_EQ(info["requests_failed"], 0);
   EXPECT_EQ(info["num_waiting_reqs"], 0);
   EXPECT_EQ(info["num_running_reqs"], 0);
+  EXPECT_EQ(info["memory_invariant_violations"], 0);
 }
 
-// More queued than --max-running-requests: batches of at most that many.
-TEST(TranscriptionServer, BatchesAreCappedAtMaxRunningRequests) {
+// More uploads than --max-running-requests: the engine holds the rest back until rows free up,
+// and every text is still the lone request's.
+TEST(TranscriptionServer, RunningRequestsAreCappedAtMaxRunningRequests) {
   TranscriptionTestServer s({}, /*max_running=*/3);
-  s.service().set_paused(true);
+  EXPECT_EQ(s.info()["max_running_requests"], 3);
   std::vector<std::future<std::tuple<int, std::string, std::string>>> futures;
   for (size_t i = 0; i < 7; ++i) {
     futures.push_back(
         std::async(std::launch::async, [&s] { return s.upload({file_item("hello_16k.wav")}); }));
   }
-  for (int i = 0; i < 2000 && s.info()["num_waiting_reqs"] != 7; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  s.service().set_paused(false);
   for (auto& f : futures) {
     auto [status, body, type] = f.get();
     ASSERT_EQ(status, 200) << body;
     EXPECT_EQ(json::parse(body)["text"], expected("hello_16k.wav").text);
   }
   const json info = s.info();
-  EXPECT_EQ(info["batches_served"], 3);  // 3 + 3 + 1
-  EXPECT_EQ(info["largest_batch"], 3);
+  EXPECT_EQ(info["requests_served"], 7);
+  EXPECT_GE(info["prefill_batches"], 3);  // at most 3 rows: 7 requests need 3 admissions or more
 }
 
 // A 16-bit PCM mono WAV of `seconds` of a quiet tone.
@@ -387,26 +387,40 @@ TEST(TranscriptionServer, ApiKeyIsRequired) {
   EXPECT_EQ(s.client()->Get("/v1/models")->status, 401);
 }
 
-// Shutdown with jobs queued: each gets a 503 (none hangs), later submissions too.
-TEST(TranscriptionServer, ShutdownFailsQueuedJobs) {
-  server::TranscriptionServiceOptions o;
-  auto service = server::TranscriptionService::create(whisper_model(), o);
-  ASSERT_TRUE(service.is_ok()) << service.status().to_string();
-  (*service)->set_paused(true);
-  std::vector<std::future<Result<std::vector<int32_t>>>> queued;
-  const size_t n = static_cast<size_t>((*service)->transcriber().runner().config().num_mel_bins) *
-                   (*service)->transcriber().runner().config().input_frames();
-  for (int i = 0; i < 3; ++i)
-    queued.push_back((*service)->submit({.features = std::vector<float>(n, 0.0f), .prompt = {}}));
-  (*service)->shutdown();
-  for (auto& f : queued) {
-    auto r = f.get();
-    ASSERT_FALSE(r.is_ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+// Shutdown with requests in flight and queued: each stream ends (abort, none hangs), later
+// submissions fail with kUnavailable (the server answers 503 for both).
+TEST(TranscriptionServer, ShutdownEndsEveryRequest) {
+  auto e = engine::Engine::create(engine_options(/*max_running=*/1));
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  engine::Engine& engine = **e;
+  const checkpoint::WhisperConfig& c = *engine.whisper_config();
+  const size_t n = static_cast<size_t>(c.num_mel_bins) * c.input_frames();
+  const auto features = std::make_shared<std::vector<float>>(n, 0.0f);
+  auto submit = [&] {
+    engine::SubmitRequest r;
+    r.input_ids = {*c.decoder_start_token_id};
+    r.sampling.temperature = 0.0f;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_new_tokens = 1000;
+    r.encoder_input = features;
+    return engine.submit(r);
+  };
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    auto stream = submit();
+    ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+    streams.push_back(*stream);
   }
-  auto later = (*service)->submit({.features = std::vector<float>(n, 0.0f), .prompt = {}}).get();
-  EXPECT_EQ(later.status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ((*service)->stats().requests_failed, 3);
+  engine.shutdown();
+  for (auto& stream : streams) {
+    engine::StreamEvent ev;
+    bool finished = false;
+    while (!finished && stream->pop(ev, std::chrono::seconds(30)))
+      finished = ev.finished;
+    ASSERT_TRUE(finished);
+    EXPECT_EQ(ev.finish.kind, engine::FinishKind::kAbort);
+  }
+  EXPECT_EQ(submit().status().code(), StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "kvserve/model/whisper_config.h"
+#include "kvserve/checkpoint/whisper_config.h"
+#include "kvserve/makemodel/whisper_presets.h"
+#include "kvserve/makemodel/whisper_tokenizer.h"
 #include "kvserve/model/whisper_generate.h"
-#include "kvserve/model/whisper_presets.h"
-#include "kvserve/model/whisper_tokenizer.h"
 #include "model_test_util.h"
 
 namespace kvserve::model {
@@ -17,14 +17,14 @@ using testing::TempDir;
 using testing::write_file;
 
 Status config_error(const std::string& text) {
-  const Result<WhisperConfig> r = parse_whisper_config(text, "config.json");
+  const Result<checkpoint::WhisperConfig> r = checkpoint::parse_whisper_config(text, "config.json");
   EXPECT_FALSE(r.is_ok()) << text;
   return r.is_ok() ? Status::ok() : r.status();
 }
 
 Status generation_error(const std::string& text) {
-  const Result<WhisperGenerationConfig> r =
-      parse_whisper_generation_config(text, "generation_config.json");
+  const Result<checkpoint::WhisperGenerationConfig> r =
+      checkpoint::parse_whisper_generation_config(text, "generation_config.json");
   EXPECT_FALSE(r.is_ok()) << text;
   return r.is_ok() ? Status::ok() : r.status();
 }
@@ -35,9 +35,9 @@ void expect_message(const Status& s, StatusCode code, const std::string& text) {
 }
 
 TEST(WhisperConfig, TinyPresetRoundTrips) {
-  const Preset p = whisper_tiny_shape_preset();
-  const Result<WhisperConfig> c =
-      parse_whisper_config(whisper_config_json_text(p.whisper, DType::kF32), "config.json");
+  const makemodel::Preset p = makemodel::whisper_tiny_shape_preset();
+  const Result<checkpoint::WhisperConfig> c = checkpoint::parse_whisper_config(
+      makemodel::whisper_config_json_text(p.whisper, DType::kF32), "config.json");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->architecture_name, "WhisperForConditionalGeneration");
   EXPECT_EQ(c->d_model, 384);
@@ -62,7 +62,8 @@ TEST(WhisperConfig, TinyPresetRoundTrips) {
 }
 
 TEST(WhisperConfig, AbsentFieldsTakeTransformersDefaults) {
-  const Result<WhisperConfig> c = parse_whisper_config(R"({"model_type": "whisper"})", "x");
+  const Result<checkpoint::WhisperConfig> c =
+      checkpoint::parse_whisper_config(R"({"model_type": "whisper"})", "x");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->d_model, 384);
   EXPECT_EQ(c->vocab_size, 51865);
@@ -71,12 +72,12 @@ TEST(WhisperConfig, AbsentFieldsTakeTransformersDefaults) {
   EXPECT_EQ(c->bos_token_id, 50256);
   EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{50256});
   EXPECT_TRUE(c->tie_word_embeddings);
-  const Result<WhisperConfig> v5 =
-      parse_whisper_config(R"({"model_type": "whisper", "dtype": "bfloat16"})", "x");
+  const Result<checkpoint::WhisperConfig> v5 =
+      checkpoint::parse_whisper_config(R"({"model_type": "whisper", "dtype": "bfloat16"})", "x");
   ASSERT_TRUE(v5.is_ok());
   EXPECT_EQ(v5->torch_dtype, DType::kBF16);
-  const Result<WhisperConfig> null_pad =
-      parse_whisper_config(R"({"model_type": "whisper", "pad_token_id": null})", "x");
+  const Result<checkpoint::WhisperConfig> null_pad =
+      checkpoint::parse_whisper_config(R"({"model_type": "whisper", "pad_token_id": null})", "x");
   ASSERT_TRUE(null_pad.is_ok());
   EXPECT_FALSE(null_pad->pad_token_id.has_value());
 }
@@ -119,24 +120,25 @@ TEST(WhisperConfig, ErrorsNameFileAndField) {
 
 TEST(WhisperConfig, LoadNamesTheFile) {
   TempDir dir;
-  const Result<WhisperConfig> missing = load_whisper_config(dir.path());
+  const Result<checkpoint::WhisperConfig> missing = checkpoint::load_whisper_config(dir.path());
   ASSERT_FALSE(missing.is_ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   write_file(dir / "config.json", R"({"model_type": "whisper", "num_mel_bins": -1})");
-  const Result<WhisperConfig> bad = load_whisper_config(dir.path());
+  const Result<checkpoint::WhisperConfig> bad = checkpoint::load_whisper_config(dir.path());
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find((dir / "config.json").string() + ": num_mel_bins"),
             std::string::npos)
       << bad.status().message();
-  const Result<WhisperGenerationConfig> no_gen = load_whisper_generation_config(dir.path());
+  const Result<checkpoint::WhisperGenerationConfig> no_gen =
+      checkpoint::load_whisper_generation_config(dir.path());
   ASSERT_FALSE(no_gen.is_ok());
   EXPECT_EQ(no_gen.status().code(), StatusCode::kNotFound);
 }
 
 TEST(WhisperGenerationConfig, PresetFileParses) {
-  const Preset p = whisper_tiny_shape_preset();
-  const Result<WhisperGenerationConfig> g = parse_whisper_generation_config(
-      whisper_generation_config_json_text(p.whisper), "generation_config.json");
+  const makemodel::Preset p = makemodel::whisper_tiny_shape_preset();
+  const Result<checkpoint::WhisperGenerationConfig> g = checkpoint::parse_whisper_generation_config(
+      makemodel::whisper_generation_config_json_text(p.whisper), "generation_config.json");
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   EXPECT_TRUE(g->is_multilingual);
   EXPECT_FALSE(g->return_timestamps);
@@ -180,27 +182,24 @@ TEST(WhisperGenerationConfig, ErrorsNameFileAndField) {
 }
 
 TEST(WhisperGenerate, PromptFollowsGenerationConfig) {
-  const Preset p = whisper_test_preset();
-  const WhisperGenerationConfig g =
-      *parse_whisper_generation_config(whisper_generation_config_json_text(p.whisper), "g");
-  WhisperGenerateOptions o;
-  EXPECT_EQ(*whisper_prompt(p.whisper, g, o), (std::vector<int32_t>{50258, 50259, 50359, 50363}));
-  o.language = "de";
-  o.task = "translate";
-  EXPECT_EQ(*whisper_prompt(p.whisper, g, o), (std::vector<int32_t>{50258, 50261, 50358, 50363}));
-  o.language = "klingon";
-  const auto bad = whisper_prompt(p.whisper, g, o);
+  const makemodel::Preset p = makemodel::whisper_test_preset();
+  const checkpoint::WhisperGenerationConfig g = *checkpoint::parse_whisper_generation_config(
+      makemodel::whisper_generation_config_json_text(p.whisper), "g");
+  EXPECT_EQ(*whisper_prompt(p.whisper, g), (std::vector<int32_t>{50258, 50259, 50359, 50363}));
+  EXPECT_EQ(*whisper_prompt(p.whisper, g, "de", "translate"),
+            (std::vector<int32_t>{50258, 50261, 50358, 50363}));
+  const auto bad = whisper_prompt(p.whisper, g, "klingon");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("unknown language 'klingon'"), std::string::npos);
   // English-only models: no language or task token; with timestamps: no <|notimestamps|>.
-  WhisperGenerationConfig en = g;
+  checkpoint::WhisperGenerationConfig en = g;
   en.is_multilingual = false;
   en.return_timestamps = true;
-  EXPECT_EQ(*whisper_prompt(p.whisper, en, {}), (std::vector<int32_t>{50258}));
+  EXPECT_EQ(*whisper_prompt(p.whisper, en), (std::vector<int32_t>{50258}));
 }
 
 TEST(WhisperGenerate, SuppressionAtEveryStepAndAtTheBeginOnly) {
-  WhisperGenerationConfig g;
+  checkpoint::WhisperGenerationConfig g;
   g.suppress_tokens = {1, 5, 1000};  // 1000: outside this vocabulary, ignored
   g.begin_suppress_tokens = {2, 6};
   std::vector<float> logits(8, 0.5f);
@@ -214,14 +213,17 @@ TEST(WhisperGenerate, SuppressionAtEveryStepAndAtTheBeginOnly) {
 }
 
 TEST(WhisperPresets, TokenizerAndPreprocessorFiles) {
-  EXPECT_EQ(whisper_language_codes().size(), 99u);
-  const std::vector<std::string> specials = whisper_special_tokens();
+  EXPECT_EQ(makemodel::whisper_language_codes().size(), 99u);
+  const std::vector<std::string> specials = makemodel::whisper_special_tokens();
   EXPECT_EQ(specials[0], "<|endoftext|>");
-  EXPECT_EQ(specials[kWhisperNoCaptions - kWhisperEndOfText], "<|nocaptions|>");
-  EXPECT_EQ(specials[kWhisperNoTimestamps - kWhisperEndOfText], "<|notimestamps|>");
-  EXPECT_EQ(specials[kWhisperFirstTimestamp - kWhisperEndOfText], "<|0.00|>");
+  EXPECT_EQ(specials[makemodel::kWhisperNoCaptions - makemodel::kWhisperEndOfText],
+            "<|nocaptions|>");
+  EXPECT_EQ(specials[makemodel::kWhisperNoTimestamps - makemodel::kWhisperEndOfText],
+            "<|notimestamps|>");
+  EXPECT_EQ(specials[makemodel::kWhisperFirstTimestamp - makemodel::kWhisperEndOfText], "<|0.00|>");
   EXPECT_EQ(specials.back(), "<|30.00|>");
-  const std::string pre = whisper_preprocessor_config_json_text(whisper_test_preset().whisper);
+  const std::string pre =
+      makemodel::whisper_preprocessor_config_json_text(makemodel::whisper_test_preset().whisper);
   EXPECT_NE(pre.find("\"feature_size\": 80"), std::string::npos);
   EXPECT_NE(pre.find("\"nb_max_frames\": 3000"), std::string::npos);
 }

@@ -14,12 +14,12 @@
 #include <random>
 
 #include "kvserve/audio/log_mel_config.h"
-#include "kvserve/model/make_model.h"
-#include "kvserve/model/safetensors_writer.h"
-#include "kvserve/model/whisper_checkpoint_layout.h"
+#include "kvserve/checkpoint/safetensors_writer.h"
+#include "kvserve/makemodel/make_model.h"
+#include "kvserve/makemodel/whisper_checkpoint_layout.h"
+#include "kvserve/makemodel/whisper_presets.h"
+#include "kvserve/makemodel/whisper_tokenizer.h"
 #include "kvserve/model/whisper_generate.h"
-#include "kvserve/model/whisper_presets.h"
-#include "kvserve/model/whisper_tokenizer.h"
 #include "kvserve/tokenizer/tokenizer.h"
 #include "model_test_util.h"
 #include "support/whisper_test_util.h"
@@ -50,8 +50,8 @@ TEST(WhisperMakeModel, TestPresetWritesALoadableCheckpoint) {
                         "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
     EXPECT_TRUE(fs::is_regular_file(tmp / f)) << f;
   }
-  const Preset preset = whisper_test_preset();
-  const Result<WhisperConfig> c = load_whisper_config(tmp.path());
+  const makemodel::Preset preset = makemodel::whisper_test_preset();
+  const Result<checkpoint::WhisperConfig> c = checkpoint::load_whisper_config(tmp.path());
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->d_model, 64);
   EXPECT_EQ(c->encoder_layers, 2);
@@ -61,18 +61,19 @@ TEST(WhisperMakeModel, TestPresetWritesALoadableCheckpoint) {
   EXPECT_EQ(c->max_source_positions, 1500);
   EXPECT_EQ(c->max_target_positions, preset.whisper.max_target_positions);
   EXPECT_EQ(c->vocab_size, 51865);
-  ASSERT_TRUE(load_whisper_generation_config(tmp.path()).is_ok());
+  ASSERT_TRUE(checkpoint::load_whisper_generation_config(tmp.path()).is_ok());
   const auto mel = audio::parse_preprocessor_config(tmp / "preprocessor_config.json");
   ASSERT_TRUE(mel.is_ok()) << mel.status().to_string();
   EXPECT_EQ(mel->feature_size, 80);
   EXPECT_EQ(mel->num_frames(), c->input_frames());
 
   // Names and shapes: transformers' state dict, proj_out tied (absent), k_proj without bias.
-  const auto store = WeightStore::open(tmp.path());
+  const auto store = checkpoint::WeightStore::open(tmp.path());
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
-  const std::vector<CheckpointTensor> expected = whisper_checkpoint_tensors(*c, DType::kF32);
+  const std::vector<makemodel::CheckpointTensor> expected =
+      makemodel::whisper_checkpoint_tensors(*c, DType::kF32);
   EXPECT_EQ((*store)->names().size(), expected.size());
-  for (const CheckpointTensor& t : expected) {
+  for (const makemodel::CheckpointTensor& t : expected) {
     const auto v = (*store)->get(t.spec.name);
     ASSERT_TRUE(v.is_ok()) << t.spec.name;
     EXPECT_EQ(v->shape, t.spec.shape) << t.spec.name;
@@ -122,13 +123,14 @@ TEST(WhisperMakeModel, TestPresetWritesALoadableCheckpoint) {
 }
 
 TEST(WhisperMakeModel, TinyShapeHasWhisperTinysParameters) {
-  const Preset* p = find_preset("whisper-tiny-shape");
+  const makemodel::Preset* p = makemodel::find_preset("whisper-tiny-shape");
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(p->family, ModelFamily::kWhisper);
-  const std::vector<CheckpointTensor> t = whisper_checkpoint_tensors(p->whisper, DType::kF32);
+  EXPECT_EQ(p->family, makemodel::ModelFamily::kWhisper);
+  const std::vector<makemodel::CheckpointTensor> t =
+      makemodel::whisper_checkpoint_tensors(p->whisper, DType::kF32);
   int64_t params = 0;
-  for (const CheckpointTensor& x : t)
-    params += *shape_numel(x.spec.shape);
+  for (const makemodel::CheckpointTensor& x : t)
+    params += *checkpoint::shape_numel(x.spec.shape);
   EXPECT_EQ(params, 37'760'640);  // openai/whisper-tiny's sum(p.numel()), proj_out tied
   EXPECT_EQ(t.size(), 5u + 4 * 15 + 2 + 2 + 4 * 24 + 2);
 }
@@ -145,13 +147,13 @@ class WhisperModelTest : public ::testing::Test {
     dir_ = new TempDir();
     const Status made = make_whisper_checkpoint("whisper-test", dir_->path());
     ASSERT_TRUE(made.is_ok()) << made.to_string();
-    config_ = new WhisperConfig(*load_whisper_config(dir_->path()));
+    config_ = new checkpoint::WhisperConfig(*checkpoint::load_whisper_config(dir_->path()));
     seed_ = std::random_device{}();
     std::printf("WhisperModelTest seed %llu\n", static_cast<unsigned long long>(seed_));
     std::mt19937_64 rng(seed_);
     const Status written = testing::redraw_whisper_weights(dir_->path(), 0.2f, rng);
     ASSERT_TRUE(written.is_ok()) << written.to_string();
-    auto opened = WeightStore::open(dir_->path());
+    auto opened = checkpoint::WeightStore::open(dir_->path());
     ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
     store_ = opened->release();
     reference_ = new WhisperReference(*config_, *store_);
@@ -183,7 +185,7 @@ class WhisperModelTest : public ::testing::Test {
 
   // Greedy, checking every step's logits against the reference over the same tokens.
   static void expect_steps_match_reference(const WhisperGenerateResult& res, const Vec* encoder,
-                                           const WhisperGenerationConfig& g) {
+                                           const checkpoint::WhisperGenerationConfig& g) {
     std::vector<int32_t> seq = res.prompt;
     ASSERT_EQ(res.step_logits.size(), res.tokens.size());
     for (size_t j = 0; j < res.tokens.size(); ++j) {
@@ -203,8 +205,8 @@ class WhisperModelTest : public ::testing::Test {
   }
 
   static inline TempDir* dir_ = nullptr;
-  static inline WhisperConfig* config_ = nullptr;
-  static inline WeightStore* store_ = nullptr;
+  static inline checkpoint::WhisperConfig* config_ = nullptr;
+  static inline checkpoint::WeightStore* store_ = nullptr;
   static inline WhisperReference* reference_ = nullptr;
   static inline std::vector<float>* features_a_ = nullptr;
   static inline std::vector<float>* features_b_ = nullptr;
@@ -304,8 +306,7 @@ TEST_F(WhisperModelTest, TextOnlyRequestsNeverReadThePoolForCrossAttention) {
         }
       }
       const std::vector<WhisperRequest> reqs = {{{}, {}}, {{}, {50258}}};
-      const auto res =
-          whisper_generate(*r, reqs, {.max_new_tokens = 3, .keep_logits = true});
+      const auto res = whisper_generate(*r, reqs, {.max_new_tokens = 3, .keep_logits = true});
       ASSERT_TRUE(res.is_ok()) << res.status().to_string();
       for (const WhisperGenerateResult& x : *res) {
         for (const std::vector<float>& step : x.step_logits) {
@@ -334,7 +335,7 @@ TEST_F(WhisperModelTest, PromptWithoutRoomIsAnError) {
 TEST(WhisperModelLoad, ErrorsNameTheTensorAndTheFile) {
   TempDir tmp;
   ASSERT_TRUE(make_whisper_checkpoint("whisper-test", tmp.path()).is_ok());
-  const WhisperConfig c = *load_whisper_config(tmp.path());
+  const checkpoint::WhisperConfig c = *checkpoint::load_whisper_config(tmp.path());
   struct Case {
     std::string tensor;
     std::vector<int64_t> shape;  // empty: the tensor is left out
@@ -356,20 +357,21 @@ TEST(WhisperModelLoad, ErrorsNameTheTensorAndTheFile) {
                              StatusCode::kInvalidArgument,
                              "tensor " + fc1 + " has shape [255, 64], expected [256, 64]"}}) {
     SCOPED_TRACE(k.tensor);
-    std::vector<TensorSpec> specs;
-    for (const CheckpointTensor& t : whisper_checkpoint_tensors(c, DType::kF32)) {
+    std::vector<checkpoint::TensorSpec> specs;
+    for (const makemodel::CheckpointTensor& t :
+         makemodel::whisper_checkpoint_tensors(c, DType::kF32)) {
       if (t.spec.name != k.tensor) {
         specs.push_back(t.spec);
       } else if (!k.shape.empty()) {
         specs.push_back({t.spec.name, t.spec.dtype, k.shape});
       }
     }
-    const Status written =
-        write_safetensors_streaming(tmp / "model.safetensors", specs, {{"format", "pt"}},
-                                    [](const TensorSpec& spec, ByteSink& out) -> Status {
-                                      const std::vector<float> zeros(*shape_numel(spec.shape));
-                                      return out.write(zeros.data(), zeros.size() * sizeof(float));
-                                    });
+    const Status written = checkpoint::write_safetensors_streaming(
+        tmp / "model.safetensors", specs, {{"format", "pt"}},
+        [](const checkpoint::TensorSpec& spec, checkpoint::ByteSink& out) -> Status {
+          const std::vector<float> zeros(*checkpoint::shape_numel(spec.shape));
+          return out.write(zeros.data(), zeros.size() * sizeof(float));
+        });
     ASSERT_TRUE(written.is_ok()) << written.to_string();
     const auto r = WhisperRunner::create(tmp.path(), {});
     ASSERT_FALSE(r.is_ok());
@@ -412,7 +414,7 @@ TEST(WhisperOracle, MatchesTransformersFixtures) {
     }
     auto runner = WhisperRunner::create(model_dir, {});
     ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-    const WhisperConfig& c = (*runner)->config();
+    const checkpoint::WhisperConfig& c = (*runner)->config();
     std::vector<float> features;
     if (fx.at("features") == "synthetic") {
       features = synthetic_features(c.num_mel_bins, c.input_frames());

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "kvserve/bench/whisper_one_batch.h"
-#include "kvserve/model/make_model.h"
+#include "kvserve/makemodel/make_model.h"
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/model/whisper_runner.h"
 #include "run_kvserve.h"
@@ -43,10 +43,10 @@ class WhisperOneBatch : public testing::Test {
   static void SetUpTestSuite() {
     dir_ = new model::testing::TempDir();
     for (const char* preset : {"whisper-test", "tiny"}) {
-      model::MakeModelOptions o;
+      makemodel::MakeModelOptions o;
       o.preset = preset;
       o.output = dir_->path() / preset;
-      ASSERT_TRUE(model::make_model(o).is_ok()) << preset;
+      ASSERT_TRUE(makemodel::make_model(o).is_ok()) << preset;
     }
   }
   static void TearDownTestSuite() {
@@ -213,7 +213,7 @@ TEST_F(WhisperOneBatch, RequestsAreSeededAndPromptsHaveTheAskedLength) {
   EXPECT_NE((*a)[0].features, (*a)[1].features);
   EXPECT_NE((*a)[0].features, (*c)[0].features);
   EXPECT_TRUE((*a)[0].prompt.empty());  // the transcriber's prompt
-  const auto sot = model::whisper_prompt(r->config(), r->generation_config(), {});
+  const auto sot = model::whisper_prompt(r->config(), r->generation_config());
   ASSERT_TRUE(sot.is_ok());
   const auto longer = whisper_one_batch_requests(*r, 1, 7, 5);
   ASSERT_TRUE(longer.is_ok());
@@ -225,8 +225,10 @@ TEST_F(WhisperOneBatch, RequestsAreSeededAndPromptsHaveTheAskedLength) {
 }
 
 TEST_F(WhisperOneBatch, CombinationsThatDoNotFitAreSkipped) {
-  // A pool of two aligned rows at page size 16: (1504 + 4 + 8) -> 1520 slots each.
-  auto r = runner(16, mem::EncoderKvLayout::kAligned, 4, "", 2 * 1520);
+  // A pool of two aligned rows at page size 16, (1504 + 4 + 8) -> 1520 slots each, and one page:
+  // the scheduler admits the second request while its row and output budget (1508 + 8) stay
+  // below what the first leaves (3056 - 1520 - 8).
+  auto r = runner(16, mem::EncoderKvLayout::kAligned, 4, "", 2 * 1520 + 16);
   ASSERT_NE(r, nullptr);
   EXPECT_FALSE(whisper_one_batch_misfit(*r, 2, 0, 8).has_value());
   EXPECT_NE(whisper_one_batch_misfit(*r, 3, 0, 8).value_or("").find("max batch size limit"),

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kvserve/model/weights.h"
-#include "kvserve/model/whisper_config.h"
+#include "kvserve/checkpoint/weights.h"
+#include "kvserve/checkpoint/whisper_config.h"
 
 namespace kvserve::model::testing {
 
@@ -20,7 +20,8 @@ using Vec = std::vector<double>;
 
 class WhisperReference {
  public:
-  WhisperReference(const WhisperConfig& c, const WeightStore& store) : c_(c), store_(store) {}
+  WhisperReference(const checkpoint::WhisperConfig& c, const checkpoint::WeightStore& store)
+      : c_(c), store_(store) {}
 
   // [max_source_positions, d_model]
   Vec encode(const std::vector<float>& features) {
@@ -226,8 +227,8 @@ class WhisperReference {
     return linear(f, rows, inner, p + "fc2.weight", p + "fc2.bias", c_.d_model);
   }
 
-  const WhisperConfig& c_;
-  const WeightStore& store_;
+  const checkpoint::WhisperConfig& c_;
+  const checkpoint::WeightStore& store_;
   std::map<std::string, Vec> cache_;
 };
 

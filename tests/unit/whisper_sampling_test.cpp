@@ -84,7 +84,7 @@ TEST_F(WhisperSamplingTest, SampledRequestsAreReproducibleAndBatchIndependent) {
   auto runner =
       testing::make_whisper_runner(dir_->path() / "m", 16, mem::EncoderKvLayout::kAligned);
   ASSERT_NE(runner, nullptr);
-  const WhisperConfig& c = runner->config();
+  const checkpoint::WhisperConfig& c = runner->config();
   std::mt19937_64 rng(3);
   const std::vector<float> f = testing::random_features(rng, c.num_mel_bins, c.input_frames());
   const WhisperGenerateOptions o{.max_new_tokens = 12};

@@ -2,13 +2,22 @@
 //
 // A backend is created once per model runner and selected by name (--attention-backend).
 // init_forward_metadata runs once per forward and builds what every layer reads (page tables,
-// CSR indices, cu_seqlens, split decisions); forward_extend / forward_decode run per layer. Every
-// backend stores the layer's new K/V into the pool at out_cache_loc first, then attends over the
-// request's row:
+// CSR indices, cu_seqlens, split decisions); forward_extend / forward_decode run per layer. The
+// layer's new K/V are in the pool before the layer attends, stored on one path the backend fixes
+// for its lifetime (kv_store()): by the backend itself at the start of forward_*, or by the
+// caller before it, through the slots the backend exposes on the device (store_slots(); CausalLM
+// fuses the store into split_qkv_rope). Then every query attends over its request's row:
 //   extend: the token at position p of request b attends to positions [0, p] (causal);
 //   decode: the single token attends to [0, seq_len);
 //   cross-attention (encoder-decoder): every token attends to all encoder positions.
 // Empty KV (encoder_len 0) yields zeros and touches no memory.
+//
+// Errors: a backend grows some device buffers on demand (page lists, split workspaces, gathered
+// K/V). Running out of device memory there is an expected failure: init_forward_metadata and the
+// layer calls return it as a Status (kOutOfMemory), the forward stops, and the scheduler fails
+// the batch's requests while the server keeps serving. What a model or a config could ask that a
+// backend cannot do is refused at load by its capability table (capabilities.h); the kernels'
+// own checks stay CHECKs, unreachable from a config.
 #pragma once
 
 #include <memory>
@@ -16,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/core/check.h"
 #include "kvserve/core/status.h"
 #include "kvserve/mem/forward_batch.h"
@@ -34,7 +44,8 @@ struct AttentionLayer {
 
 // This forward's activations for one layer, contiguous, token-major. For cross-attention, k and
 // v are the encoder's [encoder tokens, num_kv_heads, head_dim] when they are computed in this
-// forward (stored at batch.encoder_out_cache_loc), or null when they are already cached.
+// forward (stored at batch.encoder_out_cache_loc); when the encoder is already cached
+// (encoder_out_cache_loc empty) nothing is stored and k / v are not read.
 struct AttentionIO {
   const void* q = nullptr;  // [num_tokens, num_heads, head_dim]
   const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] (new tokens)
@@ -53,12 +64,22 @@ struct DecodeGraphShape {
   int32_t head_dim = 0;
 };
 
+// Who stores a layer's new K/V (self-attention at batch.out_cache_loc; cross-attention computed
+// in this forward at batch.encoder_out_cache_loc) into the pool; fixed per backend.
+enum class KvStore {
+  kBackend,  // forward_* stores io.k / io.v before attending (the CPU backends: host slots)
+  kCaller,   // the caller stores them before forward_*, through store_slots() (store_kv below, or
+             // fused into its own kernel); forward_* does not read io.k / io.v
+};
+
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   virtual std::string_view name() const = 0;
+  // The store path, the same for every forward of this backend.
+  virtual KvStore kv_store() const { return KvStore::kBackend; }
 
-  virtual void init_forward_metadata(const mem::ForwardBatch& batch) = 0;
+  virtual Status init_forward_metadata(const mem::ForwardBatch& batch) = 0;
 
   // Decode graphs (SGLang's init_cuda_graph_state / init_forward_metadata_capture_cuda_graph /
   // ..._replay_cuda_graph, sglang-notes §6.1). A backend that has them plans a decode batch
@@ -74,51 +95,56 @@ class AttentionBackend {
     return make_status(StatusCode::kUnimplemented, "attention backend {} has no decode graphs",
                        name());
   }
-  // Builds the plan of `batch` (decode, no encoder) into host[0, n) and returns n <= capacity;
+  // Builds the plan of `batch` (decode, no encoder) into host[0, n) and returns n <= capacity
+  // (or kOutOfMemory when a buffer of the eager prologue cannot grow);
   // until the next init_forward_metadata*, forward_decode reads it at `device`, which must hold
   // those n integers by the time its kernels run. Host work, except device work that must precede
   // the replay and is not part of the graph (queued on the current stream: cuda-paged writes the
   // rows the host rewrote outside a forward into the req_to_token mirror).
-  virtual int64_t init_forward_metadata_decode_graph(const mem::ForwardBatch& /*batch*/,
-                                                     int32_t* /*host*/, int64_t /*capacity*/,
-                                                     const int32_t* /*device*/) {
+  virtual Result<int64_t> init_forward_metadata_decode_graph(const mem::ForwardBatch& /*batch*/,
+                                                             int32_t* /*host*/,
+                                                             int64_t /*capacity*/,
+                                                             const int32_t* /*device*/) {
     KV_CHECK(false, "attention backend {} has no decode graphs", name());
-    return 0;
+    return int64_t{0};
   }
   // The device work of the staged plan (what a decode graph captures before the first layer:
   // cuda-paged writes each request's new slot into the req_to_token mirror and builds the page
   // lists from it), reading only the staged integers. CausalLM::forward_static calls it.
   virtual void launch_decode_graph_metadata() {}
-  // Where this forward's new-token slots (batch.out_cache_loc) are on the device, valid after
-  // init_forward_metadata* as the layers' kernels read them; null where the backend has none.
-  // A caller that stores K/V there itself (CausalLM fuses the store into split_qkv_rope) passes
-  // null k / v in AttentionIO, and the backend stores nothing.
-  virtual const int32_t* device_out_cache_loc() const { return nullptr; }
-  virtual void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                              const mem::ForwardBatch& batch, bool save_kv = true) = 0;
-  virtual void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                              const mem::ForwardBatch& batch, bool save_kv = true) = 0;
+  // KvStore::kCaller: where this forward's store slots are in the platform's memory, valid after
+  // init_forward_metadata* until the next one (a decode graph's at its fixed staging address):
+  // batch.out_cache_loc, or with `cross` batch.encoder_out_cache_loc. Null for kBackend.
+  virtual const int32_t* store_slots(bool /*cross*/) const { return nullptr; }
+  // kOutOfMemory when a device buffer the forward needs cannot grow (nothing usable is written).
+  virtual Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                                const mem::ForwardBatch& batch) = 0;
+  virtual Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                                const mem::ForwardBatch& batch) = 0;
 
-  void forward(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
-               bool save_kv = true) {
-    if (batch.is_decode()) {
-      forward_decode(io, layer, batch, save_kv);
-    } else {
-      forward_extend(io, layer, batch, save_kv);
-    }
+  Status forward(const AttentionIO& io, const AttentionLayer& layer,
+                 const mem::ForwardBatch& batch) {
+    return batch.is_decode() ? forward_decode(io, layer, batch) : forward_extend(io, layer, batch);
   }
 };
 
-// The backends this build has for `device`, e.g. {"cpu", "native"} on the CPU.
-std::vector<std::string> attention_backend_names(Device device);
-// The default for a device (SGLang picks per hardware): "cpu" on the CPU.
-std::string default_attention_backend(Device device);
-// kInvalidArgument for an unknown name (listing the valid ones), kUnimplemented for a backend
-// that does not run on this platform.
+// The caller's side of KvStore::kCaller: stores the layer's io.k / io.v at the backend's
+// store_slots (nothing for KvStore::kBackend, whose forward_* stores them, or when the layer has
+// no new K/V). Callers that do not fuse the store call this before backend.forward.
+void store_kv(const AttentionBackend& backend, const AttentionIO& io, const AttentionLayer& layer,
+              const mem::ForwardBatch& batch);
+
+// The backend of `kind` (capabilities.h: the table of names, devices and what each supports) on
+// `platform`; kUnimplemented for a backend of another device. Whether it can serve a model is
+// check_attention_support's question, asked by the runners at load.
+Result<std::unique_ptr<AttentionBackend>> create_attention_backend(AttentionBackendKind kind,
+                                                                   platform::Platform& platform);
+// The same by name (tests, tools); kInvalidArgument for an unknown one, listing the valid ones.
 Result<std::unique_ptr<AttentionBackend>> create_attention_backend(std::string_view name,
                                                                    platform::Platform& platform);
 
-// Stores the layer's new K/V (what every backend does first).
+// KvStore::kBackend on the CPU: stores the layer's new K/V at the batch's host slots (what the
+// CPU backends do first).
 void save_kv_to_pool(const AttentionIO& io, const AttentionLayer& layer,
                      const mem::ForwardBatch& batch);
 

@@ -16,7 +16,7 @@ class CpuPagedBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "cpu"; }
 
-  void init_forward_metadata(const mem::ForwardBatch& batch) override {
+  Status init_forward_metadata(const mem::ForwardBatch& batch) override {
     const int32_t ps = batch.kv_pool->config().page_size;
     const int32_t bs = batch.batch_size();
     std::vector<mem::KvRange> self(bs);
@@ -36,24 +36,26 @@ class CpuPagedBackend final : public AttentionBackend {
         token_request_[batch.extend_start_loc[b] + i] = b;
       }
     }
+    return Status::ok();  // host memory only
   }
 
-  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+  Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch) override {
+    run(io, layer, batch);
+    return Status::ok();
   }
-  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+  Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch) override {
+    run(io, layer, batch);
+    return Status::ok();
   }
 
  private:
-  void run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
-           bool save_kv) {
+  void run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch) {
     KV_CHECK(io.dtype == DType::kF32, "the CPU backends compute in f32");
     KV_CHECK_EQ(static_cast<int32_t>(token_request_.size()), batch.num_tokens(),
                 "init_forward_metadata was not called for this batch");
-    if (save_kv) save_kv_to_pool(io, layer, batch);
+    save_kv_to_pool(io, layer, batch);
     const mem::KvIndices& idx = layer.is_cross_attention ? cross_ : self_;
     const int32_t heads = layer.num_heads;
     const int32_t kv_heads = layer.num_kv_heads;

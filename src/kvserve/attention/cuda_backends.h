@@ -18,8 +18,8 @@ struct CudaPagedOptions {
   // tests compare the two).
   bool prefill_kernel = true;
   // Decode attention on tensor cores (ops::paged_decode_tc: the GQA group read once per K/V
-  // tile) where it applies (head_dim 64 or 128, groups 1..8, power-of-two pages); false, or
-  // KVSERVE_DECODE_TC=0 in the environment: the CUDA-core decode kernel (ops::paged_decode).
+  // tile) where it applies (head_dim 64 or 128, groups 1..8, power-of-two pages); false, or the
+  // platform's KernelSwitches::decode_tc off: the CUDA-core decode kernel (ops::paged_decode).
   bool decode_tc = true;
   // cuda-ragged (seed 000's approach 2): token slot lists, a gather of each layer's K/V into
   // contiguous buffers, the kernels' contiguous mode (make_cuda_ragged_backend sets it).

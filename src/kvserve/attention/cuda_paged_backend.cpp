@@ -10,8 +10,8 @@
 // seq_len, extend p + 1, cross the encoder region. The tensor-core one (ops::paged_decode_tc,
 // platform/cuda/paged_prefill.cu: 85-104 % of the byte roofline at batch >= 64 on the H200)
 // where it applies, else the CUDA-core one (platform/cuda/paged_decode.cu; CudaPagedOptions::
-// decode_tc = false or KVSERVE_DECODE_TC=0 choose it everywhere). Both take the same params
-// and workspace layout, so the plan and the metadata do not depend on the choice.
+// decode_tc = false or the platform's KernelSwitches::decode_tc choose it everywhere). Both take
+// the same params and workspace layout, so the plan and the metadata do not depend on the choice.
 // CudaPagedOptions::prefill_kernel = false keeps the decode kernel for extends too (tests compare
 // the two paths).
 // The pool may hold bf16 or fp8 (e4m3 / e5m2) K/V: every kernel reads the stored elements (fp8:
@@ -40,12 +40,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <span>
 #include <string_view>
 #include <tuple>
 
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/attention/cuda_backends.h"
 #include "kvserve/attention/device_metadata.h"
 #include "kvserve/platform/ops/paged_decode.h"
@@ -80,13 +80,18 @@ class CudaPagedBackend final : public AttentionBackend {
         repair_(p, "cuda-paged mirror") {}
 
   std::string_view name() const override { return options_.gather ? "cuda-ragged" : "cuda-paged"; }
-  const int32_t* device_out_cache_loc() const override { return meta_.device(loc_); }
+  // The layers' new K/V are stored by the caller, through the slots already on the device
+  // (CausalLM fuses the store into split_qkv_rope; others call attention::store_kv).
+  KvStore kv_store() const override { return KvStore::kCaller; }
+  const int32_t* store_slots(bool cross) const override {
+    return meta_.device(cross ? encoder_loc_ : loc_);
+  }
 
-  void init_forward_metadata(const mem::ForwardBatch& batch) override {
+  Status init_forward_metadata(const mem::ForwardBatch& batch) override {
     build(batch, /*graph=*/false);
     graph_ = false;
-    meta_.upload();
-    launch_device_metadata();
+    KV_RETURN_IF_ERROR(meta_.upload());
+    return launch_device_metadata();
   }
 
   bool supports_decode_graphs() const override { return !options_.gather; }
@@ -117,8 +122,9 @@ class CudaPagedBackend final : public AttentionBackend {
     return graph_plan_ints(shape.max_bs);
   }
 
-  int64_t init_forward_metadata_decode_graph(const mem::ForwardBatch& batch, int32_t* host,
-                                             int64_t capacity, const int32_t* device) override {
+  Result<int64_t> init_forward_metadata_decode_graph(const mem::ForwardBatch& batch, int32_t* host,
+                                                     int64_t capacity,
+                                                     const int32_t* device) override {
     KV_CHECK(batch.is_decode() && batch.num_tokens() == batch.batch_size(),
              "a decode graph runs decode batches");
     KV_CHECK(batch.encoder_lens.empty() && batch.self_kv_start.empty() &&
@@ -132,7 +138,7 @@ class CudaPagedBackend final : public AttentionBackend {
     const MirrorWrite fix =
         plan_mirror_write(batch, repair_, rows, /*loc=*/0, MirrorWriteMode::kPrefixOnly);
     if (fix.batch > 0) {
-      repair_.upload();
+      KV_RETURN_IF_ERROR(repair_.upload());
       write_mirror(platform_, *batch.req_to_token_device, fix, repair_.device());
     }
     build(batch, /*graph=*/true);
@@ -144,16 +150,18 @@ class CudaPagedBackend final : public AttentionBackend {
 
   void launch_decode_graph_metadata() override {
     KV_CHECK(graph_, "launch_decode_graph_metadata after init_forward_metadata_decode_graph");
-    launch_device_metadata();
+    // A graph's page ids live in the fixed buffer: nothing grows.
+    const Status s = launch_device_metadata();
+    KV_CHECK(s.is_ok(), "cuda-paged decode graph metadata: {}", s.to_string());
   }
 
-  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+  Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch) override {
+    return run(io, layer, batch);
   }
-  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+  Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch) override {
+    return run(io, layer, batch);
   }
 
  private:
@@ -263,28 +271,29 @@ class CudaPagedBackend final : public AttentionBackend {
   // The device work of the forward's metadata, queued on the current stream before the first
   // layer: the mirror write, then the page lists built from it (eager forwards: from
   // init_forward_metadata; decode graphs: captured through launch_decode_graph_metadata).
-  void launch_device_metadata() {
+  Status launch_device_metadata() {
     const int32_t* meta = meta_.device();
-    write_mirror(platform_, *mirror_, write_, meta);
     int32_t* index = nullptr;
     if (graph_) {
       KV_CHECK_LE(index_size_, graph_index_capacity_, "cuda-paged decode graph page ids");
       index = graph_index_.data_as<int32_t>();
     } else {
+      // Grown before the mirror write: a failed growth queues nothing.
       const size_t bytes = static_cast<size_t>(index_size_) * sizeof(int32_t);
-      reserve(index_, bytes, "page ids", std::max(bytes, size_t{4096}) * 2);
+      KV_RETURN_IF_ERROR(reserve(index_, bytes, "page ids", std::max(bytes, size_t{4096}) * 2));
       index = index_.data_as<int32_t>();
     }
+    write_mirror(platform_, *mirror_, write_, meta);
     index_ptr_ = index;
     // A decode graph launches even for an (impossible) empty batch: the capture fixes the work.
     for (const QuerySet* qs : {&self_, &cross_}) {
       if (qs->num_queries == 0 || (!graph_ && qs->pages.entries == 0)) continue;
       build_kv_indices(platform_, *mirror_, qs->pages, bs_, ps_, meta, rows_, index);
     }
+    return Status::ok();
   }
 
-  void run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch,
-           bool save_kv) {
+  Status run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
     const DType kv_dtype = pool.config().dtype;
     KV_CHECK(io.dtype == DType::kBF16 && ops::is_paged_kv_dtype(kv_dtype),
@@ -294,16 +303,13 @@ class CudaPagedBackend final : public AttentionBackend {
     const float k_scale = pool.k_scale(layer.layer_id);
     const float v_scale = pool.v_scale(layer.layer_id);
     const int32_t* meta = meta_.device();
-    if (save_kv) {
-      store_kv_from_device(platform_, io, layer, batch, meta + loc_, meta + encoder_loc_);
-    }
     const QuerySet& qs = layer.is_cross_attention ? cross_ : self_;
     const size_t out_bytes = static_cast<size_t>(batch.num_tokens()) * layer.num_heads *
                              layer.head_dim * dtype_size(io.dtype);
     if (qs.total_kv == 0) {
       // The empty-KV guard: zeros, no kernel.
       platform_.memset(io.out, 0, out_bytes);
-      return;
+      return Status::ok();
     }
     // Where the kernels read K/V: the pool through page ids, or (cuda-ragged) the gathered rows.
     const void* k_cache = pool.k_buffer(layer.layer_id).data();
@@ -312,7 +318,7 @@ class CudaPagedBackend final : public AttentionBackend {
     int32_t page_size = pool.config().page_size;
     if (options_.gather) {
       if (!paged_head_dim(layer.head_dim)) return run_varlen(io, layer, batch, qs);
-      gather(qs, layer, pool, kv_dtype);
+      KV_RETURN_IF_ERROR(gather(qs, layer, pool, kv_dtype));
       k_cache = k_gathered_.data();
       v_cache = v_gathered_.data();
       page_ids = nullptr;  // contiguous: row indptr + position
@@ -341,7 +347,7 @@ class CudaPagedBackend final : public AttentionBackend {
           .sm_scale = layer.scaling,
       };
       ops::paged_prefill(platform_, p);
-      return;
+      return Status::ok();
     }
     const ops::PagedDecodePlan& plan = decode_plan(qs, layer, page_size);
     Buffer& workspace = graph_ ? graph_workspace_ : workspace_;
@@ -349,7 +355,7 @@ class CudaPagedBackend final : public AttentionBackend {
     KV_CHECK(!graph_ || workspace_bytes <= workspace.bytes(),
              "cuda-paged: a decode graph needs {} split floats, {} preallocated",
              plan.workspace_floats, workspace.bytes() / sizeof(float));
-    reserve(workspace, workspace_bytes, "split workspace");
+    KV_RETURN_IF_ERROR(reserve(workspace, workspace_bytes, "split workspace"));
     auto* ws = workspace.data_as<float>();
     const size_t partial = plan.workspace_floats / (static_cast<size_t>(layer.head_dim) + 1) *
                            static_cast<size_t>(layer.head_dim);
@@ -381,22 +387,25 @@ class CudaPagedBackend final : public AttentionBackend {
     } else {
       ops::paged_decode(platform_, p);
     }
+    return Status::ok();
   }
 
-  // Head dims of the paged kernels (decode, decode_tc, prefill).
-  static bool paged_head_dim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
+  // Head dims of the paged kernels (decode, decode_tc, prefill): the capability table's.
+  static bool paged_head_dim(int32_t head_dim) {
+    return std::ranges::find(kPagedKernelHeadDims, head_dim) != std::end(kPagedKernelHeadDims);
+  }
 
   // cuda-ragged: copies the layer's K and V rows of `qs`'s slot list, in list order, into the
   // contiguous buffers as `out_dtype`: the cache's own dtype copies the bytes (fp8 as stored), bf16
   // from an fp8 cache widens them into values (the varlen kernel's input). Row indptr[b] + t is
   // then request b's position t.
-  void gather(const QuerySet& qs, const AttentionLayer& layer, mem::MHATokenToKVPool& pool,
-              DType out_dtype) {
+  Status gather(const QuerySet& qs, const AttentionLayer& layer, mem::MHATokenToKVPool& pool,
+                DType out_dtype) {
     const DType kv_dtype = pool.config().dtype;
     const int64_t kv_width = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
     const size_t bytes = static_cast<size_t>(qs.pages.entries * kv_width) * dtype_size(out_dtype);
-    reserve(k_gathered_, bytes, "gathered K");
-    reserve(v_gathered_, bytes, "gathered V");
+    KV_RETURN_IF_ERROR(reserve(k_gathered_, bytes, "gathered K"));
+    KV_RETURN_IF_ERROR(reserve(v_gathered_, bytes, "gathered V"));
     const TensorView kc = pool.k_buffer(layer.layer_id);
     ops::gather_kv(platform_, {.k_cache = kc.data(),
                                .v_cache = pool.v_buffer(layer.layer_id).data(),
@@ -410,14 +419,15 @@ class CudaPagedBackend final : public AttentionBackend {
                                .num_tokens = qs.pages.entries,
                                .row_elems = kv_width,
                                .num_slots = kc.dim(0)});
+    return Status::ok();
   }
 
   // cuda-ragged at a head dim the paged kernels lack: the CUDA-core varlen kernel over bf16 rows
   // (an fp8 cache widened by the gather), sequences cut by the forward's cu_q and the slot lists'
   // indptr.
-  void run_varlen(const AttentionIO& io, const AttentionLayer& layer,
-                  const mem::ForwardBatch& batch, const QuerySet& qs) {
-    gather(qs, layer, *batch.kv_pool, io.dtype);
+  Status run_varlen(const AttentionIO& io, const AttentionLayer& layer,
+                    const mem::ForwardBatch& batch, const QuerySet& qs) {
+    KV_RETURN_IF_ERROR(gather(qs, layer, *batch.kv_pool, io.dtype));
     const int32_t* meta = meta_.device();
     const int64_t q_width = static_cast<int64_t>(layer.num_heads) * layer.head_dim;
     const int64_t kv_width = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
@@ -439,29 +449,32 @@ class CudaPagedBackend final : public AttentionBackend {
                                       .head_dim = layer.head_dim,
                                       .scaling = layer.scaling,
                                       .causal = !layer.is_cross_attention});
+    return Status::ok();
   }
 
   // Grows `buf` to hold at least `bytes`, allocating `capacity` bytes (at least `bytes`) when it
   // must; contents are not kept. Every buffer the backend grows on demand (page ids, split
-  // workspace, gathered K/V) goes through here.
-  void reserve(Buffer& buf, size_t bytes, const char* what, size_t capacity = 0) {
-    if (bytes <= buf.bytes()) return;
+  // workspace, gathered K/V) goes through here; running out of device memory is kOutOfMemory
+  // (the forward fails, the server goes on; `buf` is left empty, to be grown again next time).
+  Status reserve(Buffer& buf, size_t bytes, const char* what, size_t capacity = 0) {
+    if (bytes <= buf.bytes()) return Status::ok();
     buf = Buffer();
     auto grown = platform_.allocate_buffer(std::max(bytes, capacity));
-    KV_CHECK(grown.is_ok(), "{} {} buffer of {} bytes: {}", name(), what, bytes,
-             grown.status().to_string());
+    if (!grown.is_ok()) {
+      return make_status(grown.status().code(), "{} {} buffer of {} bytes: {}", name(), what, bytes,
+                         grown.status().message());
+    }
     buf = std::move(*grown);
+    return Status::ok();
   }
 
-  // Whether decode runs on the tensor-core kernel (CudaPagedOptions::decode_tc).
+  // Whether decode runs on the tensor-core kernel (CudaPagedOptions::decode_tc and the
+  // platform's KernelSwitches::decode_tc) for this shape.
   bool use_tc(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, int32_t page_size) const {
-    static const bool disabled_by_env = [] {
-      const char* v = std::getenv("KVSERVE_DECODE_TC");
-      return v != nullptr && std::string_view(v) == "0";
-    }();
-    return options_.decode_tc && !disabled_by_env && (head_dim == 64 || head_dim == 128) &&
-           num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads / num_kv_heads <= 8 &&
-           (page_size & (page_size - 1)) == 0 && page_size <= 128;
+    return options_.decode_tc && platform_.kernel_switches().decode_tc &&
+           paged_head_dim(head_dim) && num_kv_heads > 0 && num_heads % num_kv_heads == 0 &&
+           num_heads / num_kv_heads <= kPagedKernelMaxGroup && (page_size & (page_size - 1)) == 0 &&
+           page_size <= 128;
   }
 
   // The split plan of the kernel that will run.
@@ -469,7 +482,7 @@ class CudaPagedBackend final : public AttentionBackend {
                             int32_t head_dim, int32_t page_size, int32_t max_len) const {
     return use_tc(num_heads, num_kv_heads, head_dim, page_size)
                ? ops::plan_paged_decode_tc(batch, num_heads, num_kv_heads, head_dim, max_len,
-                                           num_sms_)
+                                           num_sms_, platform_.kernel_switches().decode_tc_stages)
                : ops::plan_paged_decode(batch, num_heads, num_kv_heads, head_dim, max_len,
                                         num_sms_);
   }

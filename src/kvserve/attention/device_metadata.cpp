@@ -19,16 +19,19 @@ int64_t DeviceMetadata::append_zeros(int64_t n) {
   return at;
 }
 
-void DeviceMetadata::upload() {
+Status DeviceMetadata::upload() {
   const size_t bytes = host_.size() * sizeof(int32_t);
   if (bytes > buffer_.bytes() || buffer_.empty()) {
     auto grown = platform_.allocate_buffer(std::max({bytes, buffer_.bytes() * 2, size_t{256}}));
-    KV_CHECK(grown.is_ok(), "{} metadata of {} bytes: {}", owner_, bytes,
-             grown.status().to_string());
+    if (!grown.is_ok()) {
+      return make_status(grown.status().code(), "{} metadata of {} bytes: {}", owner_, bytes,
+                         grown.status().message());
+    }
     buffer_ = std::move(*grown);
   }
   platform_.copy(buffer_.data(), host_.data(), bytes, platform::CopyKind::kHostToDevice);
   device_ = buffer_.data_as<const int32_t>();
+  return Status::ok();
 }
 
 int64_t DeviceMetadata::stage(int32_t* host, int64_t capacity, const int32_t* device) {
@@ -41,10 +44,11 @@ int64_t DeviceMetadata::stage(int32_t* host, int64_t capacity, const int32_t* de
 
 MirrorWrite plan_mirror_write(const mem::ForwardBatch& batch, DeviceMetadata& meta, int64_t rows,
                               int64_t loc, MirrorWriteMode mode) {
-  mem::DeviceReqToToken* mirror = batch.req_to_token_device;
+  const mem::DeviceReqToToken* mirror = batch.req_to_token_device;
   KV_CHECK(mirror != nullptr, "a device attention backend needs the batch's req_to_token mirror");
-  KV_CHECK(&mirror->host() == batch.req_to_token, "the mirror of another req_to_token table");
-  mem::ReqToTokenPool& host = mirror->host();
+  // (A decode graph's capture batch is all padding and has no host table.)
+  KV_CHECK(batch.req_to_token == nullptr || mirror->mirrors(*batch.req_to_token),
+           "the mirror of another req_to_token table");
   const int32_t bs = batch.batch_size();
   MirrorWrite w;
   w.batch = bs;
@@ -63,29 +67,16 @@ MirrorWrite plan_mirror_write(const mem::ForwardBatch& batch, DeviceMetadata& me
   }
   if (mode == MirrorWriteMode::kNewOnly) return w;
 
-  w.prefix_start = meta.append_zeros(bs);
-  w.prefix_indptr = meta.append_zeros(bs + 1);
-  int64_t total = 0;
-  std::vector<int32_t> slots;
-  for (int32_t b = 0; b < bs; ++b) {
-    const int32_t row = batch.req_pool_indices[b];
-    const int32_t new_start = meta.host()[w.new_start + b];
-    const mem::ReqToTokenPool::WrittenRange written = host.take_written(row);
-    int32_t begin = 0;
-    int32_t end = new_start;
-    if (batch.is_decode()) {
-      begin = written.begin;
-      end = written.empty() ? begin : std::min(written.end, new_start);
-      end = std::max(begin, end);
-    }
-    const auto part = host.row(row, begin, end - begin);
-    slots.insert(slots.end(), part.begin(), part.end());
-    total += end - begin;
-    meta.host()[w.prefix_start + b] = begin;
-    meta.host()[w.prefix_indptr + b + 1] = static_cast<int32_t>(total);
-  }
-  w.prefix_slots = meta.append(slots);
-  if (mode == MirrorWriteMode::kPrefixOnly && total == 0) w.batch = 0;
+  // The host rows' rewrites, as the batch builder took them.
+  const mem::ForwardBatch::RowRewrites& rw = batch.row_rewrites;
+  KV_CHECK(rw.start.size() == static_cast<size_t>(bs) &&
+               rw.indptr.size() == static_cast<size_t>(bs) + 1 &&
+               static_cast<size_t>(rw.indptr.back()) == rw.slots.size(),
+           "row_rewrites of {} requests for a batch of {}", rw.start.size(), bs);
+  w.prefix_start = meta.append(rw.start);
+  w.prefix_indptr = meta.append(rw.indptr);
+  w.prefix_slots = meta.append(rw.slots);
+  if (mode == MirrorWriteMode::kPrefixOnly && rw.slots.empty()) w.batch = 0;
   return w;
 }
 
@@ -137,23 +128,6 @@ void build_kv_indices(platform::Platform& platform, const mem::DeviceReqToToken&
                                    .out = out + set.out,
                                    .batch = batch,
                                    .page_size = page_size});
-}
-
-void store_kv_from_device(platform::Platform& platform, const AttentionIO& io,
-                          const AttentionLayer& layer, const mem::ForwardBatch& batch,
-                          const int32_t* loc, const int32_t* encoder_loc) {
-  if (io.k == nullptr) return;  // cross-attention over an already cached encoder
-  const bool cross = layer.is_cross_attention;
-  const auto n =
-      static_cast<int64_t>(cross ? batch.encoder_out_cache_loc.size() : batch.out_cache_loc.size());
-  if (n == 0) return;
-  const Device dev = platform.device();
-  const TensorView slots(const_cast<int32_t*>(cross ? encoder_loc : loc), DType::kI32, {n}, dev);
-  const TensorView k(const_cast<void*>(io.k), io.dtype, {n, layer.num_kv_heads, layer.head_dim},
-                     dev);
-  const TensorView v(const_cast<void*>(io.v), io.dtype, {n, layer.num_kv_heads, layer.head_dim},
-                     dev);
-  batch.kv_pool->set_kv_buffer(layer.layer_id, slots, k, v);
 }
 
 }  // namespace kvserve::attention

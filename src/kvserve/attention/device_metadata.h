@@ -1,6 +1,6 @@
 // What the device attention backends (cuda-paged, cuda-ragged) share: the per-forward metadata
 // (store slots, page or slot lists, lengths) built on the host as one int32 vector and sent to
-// the device in one copy, and the store of a layer's new K/V through slots already there.
+// the device in one copy, and the req_to_token mirror's write.
 //
 // Eager forwards upload into a device buffer of the backend's that grows geometrically. A decode
 // graph (model/decode_graph_runner.h) instead stages the same integers into the caller's fixed
@@ -35,8 +35,9 @@ class DeviceMetadata {
   std::vector<int32_t>& host() { return host_; }
   int64_t size() const { return static_cast<int64_t>(host_.size()); }
 
-  // Eager: one copy into the owned device buffer (grown to twice its size when short).
-  void upload();
+  // Eager: one copy into the owned device buffer (grown to twice its size when short; running
+  // out of device memory is kOutOfMemory, and nothing is copied).
+  Status upload();
   // Graph: copies the integers into `host[0, size())` (CHECKing capacity) and points device() at
   // `device`, the caller's buffer that will hold them; returns size().
   int64_t stage(int32_t* host, int64_t capacity, const int32_t* device);
@@ -58,7 +59,8 @@ class DeviceMetadata {
 // position kv_start + seq_len - extend_len; for an extend, the prefix is the host row's
 // [0, that position) (the encoder region and any cached prefix: rewritten every time, so the
 // mirror never depends on history); for a decode step, only what the host rewrote below it since
-// the last forward (ReqToTokenPool::take_written), usually nothing.
+// the last forward, usually nothing: both are ForwardBatch::row_rewrites, taken by the batch's
+// builder (nothing here touches the host table).
 enum class MirrorWriteMode {
   kAll,         // eager forwards
   kNewOnly,     // what a decode graph captures: fixed O(batch) integers, no prefixes
@@ -75,8 +77,8 @@ struct MirrorWrite {
   int64_t new_slots = 0;
 };
 // Appends the write's integers to `meta`; `rows` and `loc` are the offsets of the batch's
-// req_pool_indices and out_cache_loc already in it. kAll and kPrefixOnly take the rows' written
-// ranges from the host pool. Host work only.
+// req_pool_indices and out_cache_loc already in it. kAll and kPrefixOnly copy the batch's
+// row_rewrites. Host work only.
 MirrorWrite plan_mirror_write(const mem::ForwardBatch& batch, DeviceMetadata& meta, int64_t rows,
                               int64_t loc, MirrorWriteMode mode);
 // Queues the write on the platform's current stream; `meta` is meta.device() once uploaded/staged.
@@ -101,12 +103,5 @@ KvIndexSet plan_kv_indices(DeviceMetadata& meta, std::span<const int32_t> starts
 void build_kv_indices(platform::Platform& platform, const mem::DeviceReqToToken& mirror,
                       const KvIndexSet& set, int32_t batch, int32_t page_size, const int32_t* meta,
                       int64_t rows, int32_t* out);
-
-// Stores the layer's new K/V (self-attention: at batch.out_cache_loc, whose device copy is `loc`;
-// cross-attention K/V computed in this forward: at batch.encoder_out_cache_loc, `encoder_loc`).
-// Nothing for cross-attention over an already cached encoder (io.k == nullptr).
-void store_kv_from_device(platform::Platform& platform, const AttentionIO& io,
-                          const AttentionLayer& layer, const mem::ForwardBatch& batch,
-                          const int32_t* loc, const int32_t* encoder_loc);
 
 }  // namespace kvserve::attention

@@ -13,21 +13,23 @@ namespace {
 class NativeBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "native"; }
-  void init_forward_metadata(const mem::ForwardBatch& /*batch*/) override {}
-  void forward_extend(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+  Status init_forward_metadata(const mem::ForwardBatch& /*batch*/) override { return Status::ok(); }
+  Status forward_extend(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch) override {
+    run(io, layer, batch);
+    return Status::ok();
   }
-  void forward_decode(const AttentionIO& io, const AttentionLayer& layer,
-                      const mem::ForwardBatch& batch, bool save_kv) override {
-    run(io, layer, batch, save_kv);
+  Status forward_decode(const AttentionIO& io, const AttentionLayer& layer,
+                        const mem::ForwardBatch& batch) override {
+    run(io, layer, batch);
+    return Status::ok();
   }
 
  private:
   static void run(const AttentionIO& io, const AttentionLayer& layer,
-                  const mem::ForwardBatch& batch, bool save_kv) {
+                  const mem::ForwardBatch& batch) {
     KV_CHECK(io.dtype == DType::kF32, "the CPU backends compute in f32");
-    if (save_kv) save_kv_to_pool(io, layer, batch);
+    save_kv_to_pool(io, layer, batch);
     const int32_t heads = layer.num_heads;
     const int32_t kv_heads = layer.num_kv_heads;
     const int32_t dim = layer.head_dim;

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/core/dtype.h"
 #include "kvserve/platform/cuda/ops.h"
 #include "kvserve/platform/ops/paged_decode.h"
@@ -104,18 +105,27 @@ Pool make_pool(std::mt19937_64& rng, const std::vector<int32_t>& kv_lens, int32_
 }
 
 Status check_shape(const AttentionBenchConfig& c) {
-  if (c.batch <= 0 || c.seq_len < 0 || c.num_kv_heads <= 0 || c.num_q_heads % c.num_kv_heads ||
-      c.num_q_heads / c.num_kv_heads > 8 || (c.head_dim != 64 && c.head_dim != 128)) {
-    return invalid_argument(
-        "unsupported shape: batch {} heads {}/{} head_dim {} (group <= 8, head_dim 64 or 128)",
-        c.batch, c.num_q_heads, c.num_kv_heads, c.head_dim);
+  if (c.batch <= 0 || c.seq_len < 0 || c.num_q_heads <= 0 || c.num_kv_heads <= 0 ||
+      c.num_q_heads % c.num_kv_heads != 0) {
+    return invalid_argument("unsupported shape: batch {} seq_len {} heads {}/{}", c.batch,
+                            c.seq_len, c.num_q_heads, c.num_kv_heads);
   }
-  const std::vector<int32_t> sizes = {1, 16, 32, 64, 128};
-  if (std::find(sizes.begin(), sizes.end(), c.page_size) == sizes.end()) {
-    return invalid_argument("--page-size {}: one of 1, 16, 32, 64, 128", c.page_size);
-  }
-  if (!ops::is_paged_kv_dtype(c.kv_dtype)) {
-    return invalid_argument("--kv-dtype {}: bf16, fp8_e4m3 or fp8_e5m2", dtype_name(c.kv_dtype));
+  // What the paged kernels take: cuda-paged's row of the capability table.
+  attention::AttentionRequirements need;
+  need.source = "bench-attention";
+  need.head_dim_field = "--head-dim";
+  need.heads_field = "--num-q-heads";
+  need.kv_heads_field = "--num-kv-heads";
+  need.num_q_heads = c.num_q_heads;
+  need.num_kv_heads = c.num_kv_heads;
+  need.head_dim = c.head_dim;
+  need.page_size = c.page_size;
+  need.kv_dtype = c.kv_dtype;
+  need.device = DeviceKind::kCuda;
+  if (Status s =
+          attention::check_attention_support(attention::AttentionBackendKind::kCudaPaged, need);
+      !s.is_ok()) {
+    return invalid_argument("{}", s.message());
   }
   if (!(c.k_scale > 0 && c.v_scale > 0)) {
     return invalid_argument("KV scales must be positive: {} {}", c.k_scale, c.v_scale);
@@ -218,6 +228,7 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
       random_bf16(rng, static_cast<int64_t>(batch) * c.num_q_heads * c.head_dim);
 
   const int32_t num_sms = platform::cuda::multiprocessor_count();
+  if (tc && stages == 0) stages = platform.kernel_switches().decode_tc_stages;  // auto
   ops::PagedDecodePlan plan = tc ? ops::plan_paged_decode_tc(batch, c.num_q_heads, c.num_kv_heads,
                                                              c.head_dim, max_len, num_sms, stages)
                                  : ops::plan_paged_decode(batch, c.num_q_heads, c.num_kv_heads,
@@ -326,7 +337,7 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   if (!per_token && !c.kernel.empty() && c.kernel != "prefill") {
     return invalid_argument("--kernel {}: prefill or decode-per-token in prefill mode", c.kernel);
   }
-  const ops::PrefillVariant variant = ops::parse_prefill_variant(c.variant);
+  ops::PrefillVariant variant = ops::parse_prefill_variant(c.variant);
   if (variant == ops::PrefillVariant::kAuto && c.variant != "auto") {
     return invalid_argument("--variant {}: auto, m64w4, m128w8 or m128w4", c.variant);
   }
@@ -395,6 +406,7 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   p.kv_dtype = c.kv_dtype;
   p.k_scale = is_float8(c.kv_dtype) ? c.k_scale : 1.0f;
   p.v_scale = is_float8(c.kv_dtype) ? c.v_scale : 1.0f;
+  if (variant == ops::PrefillVariant::kAuto) variant = platform.kernel_switches().prefill_variant;
   p.variant = ops::choose_prefill_variant(variant, total_q, batch, c.num_q_heads / c.num_kv_heads);
 
   platform.synchronize();  // the uploads and the memset (default stream) before the timing stream

@@ -8,9 +8,9 @@
 #include <tuple>
 
 #include "kvserve/bench/one_batch_sweep.h"
-#include "kvserve/mem/allocation.h"
-#include "kvserve/mem/chunk_cache.h"
+#include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/mem/common.h"
+#include "kvserve/mem/host_kv_memory.h"
 
 namespace kvserve::bench {
 namespace {
@@ -62,12 +62,9 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
                                           const std::function<void(std::string_view)>& log) {
   KV_CHECK(batch_size >= 1 && input_len >= 1 && output_len >= 1, "({}, {}, {})", batch_size,
            input_len, output_len);
-  mem::ReqToTokenPool& rows = runner.req_to_token();
-  mem::BaseTokenToKVPoolAllocator& allocator = runner.allocator();
-  KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
-           "a one-batch run starts with every row and slot free");
-  mem::ChunkCache cache(rows, allocator);
-  const mem::KvMemory memory{rows, allocator, cache};
+  // The run's own host KV memory (nothing shared, nothing cached), released at the end.
+  mem::HostKvMemory host(runner.kv_shape(), mem::PrefixCacheKind::kChunk);
+  const mem::KvMemory memory = host.view();
   platform::Platform& platform = runner.platform();
   const int32_t vocab = runner.config().vocab_size;
 
@@ -81,15 +78,11 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
       id = token(rng);
   }
   std::vector<mem::KvReqState> kv(bs);
-  std::vector<mem::KvReqState*> states;
-  for (mem::KvReqState& s : kv)
-    states.push_back(&s);
   auto release_all = [&] {
-    allocator.free_group_begin();
+    const mem::FreeGroup group(host.allocator());
     for (size_t b = 0; b < bs; ++b) {
       if (kv[b].row != mem::kNoRow) mem::release_kv_cache(memory, kv[b], tokens[b], false);
     }
-    allocator.free_group_end();
   };
 
   OneBatchResult r;
@@ -98,22 +91,24 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
   r.input_len = input_len;
   r.output_len = output_len;
   std::vector<int32_t> next;
-  std::vector<int32_t> out_cache_loc;
-  std::vector<mem::ForwardRequest> fwd;
+  std::vector<mem::BatchEntry> entries;
 
   // Prefill: allocation, forward and the greedy pick, as SGLang's extend() + sample.
   platform.synchronize();
   auto t0 = Clock::now();
-  const std::vector<int32_t> seq_lens(bs, input_len);
-  if (Status s = mem::alloc_for_extend(memory, states, seq_lens, out_cache_loc); !s.is_ok()) {
-    return out_of_memory("prefill of ({}, {}, {}): {}", batch_size, input_len, output_len,
-                         s.message());
-  }
   for (size_t b = 0; b < bs; ++b)
-    fwd.push_back({kv[b].row, 0, tokens[b]});
-  mem::ForwardBatch batch = mem::make_forward_batch(
-      mem::ForwardMode::kExtend, fwd, std::move(out_cache_loc), rows, runner.kv_pool());
-  runner.forward_greedy(batch, next);
+    entries.push_back({&kv[b], tokens[b]});
+  Result<mem::ForwardBatch> prefill = mem::prepare_extend(memory, entries);
+  if (!prefill.is_ok()) {
+    return out_of_memory("prefill of ({}, {}, {}): {}", batch_size, input_len, output_len,
+                         prefill.status().message());
+  }
+  mem::ForwardBatch batch = std::move(prefill).value();
+  if (Status s = runner.forward_greedy(batch, next); !s.is_ok()) {
+    release_all();
+    return make_status(s.code(), "prefill of ({}, {}, {}): {}", batch_size, input_len, output_len,
+                       s.message());
+  }
   platform.synchronize();
   r.prefill_latency = seconds(t0, Clock::now());
   r.total_latency = r.prefill_latency;
@@ -124,26 +119,29 @@ Result<OneBatchResult> run_one_batch_once(model::ModelRunner& runner, const std:
   for (int32_t i = 0; i < output_len - 1; ++i) {
     platform.synchronize();
     t0 = Clock::now();
-    for (size_t b = 0; b < bs; ++b)
+    for (size_t b = 0; b < bs; ++b) {
       tokens[b].push_back(next[b]);
-    if (Status s = mem::alloc_for_decode(memory, states, out_cache_loc); !s.is_ok()) {
+      entries[b].new_tokens = {next[b]};
+    }
+    Result<mem::ForwardBatch> step = mem::prepare_decode(memory, entries);
+    if (!step.is_ok()) {
       release_all();
       return out_of_memory("decode step {} of ({}, {}, {}): {}", i, batch_size, input_len,
-                           output_len, s.message());
+                           output_len, step.status().message());
     }
-    fwd.clear();
-    for (size_t b = 0; b < bs; ++b)
-      fwd.push_back({kv[b].row, kv[b].kv_allocated_len - 1, {tokens[b].back()}});
-    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
-                                      rows, runner.kv_pool());
-    runner.forward_greedy(batch, next);
+    batch = std::move(step).value();
+    if (Status s = runner.forward_greedy(batch, next); !s.is_ok()) {
+      release_all();
+      return make_status(s.code(), "decode step {} of ({}, {}, {}): {}", i, batch_size, input_len,
+                         output_len, s.message());
+    }
     platform.synchronize();
     r.add_step(seconds(t0, Clock::now()), batch_size, log);
   }
   for (size_t b = 0; b < bs; ++b)
     tokens[b].push_back(next[b]);
   release_all();
-  KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
+  KV_CHECK(host.all_rows_free() && host.allocator().available_size() == host.allocator().size(),
            "a one-batch run leaves every row and slot free");
 
   r.finish(batch_size, (static_cast<double>(input_len) + output_len) * batch_size, log);

@@ -4,10 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <memory>
 #include <random>
 
 #include "kvserve/bench/one_batch_sweep.h"
+#include "kvserve/engine/logit_rules.h"
+#include "kvserve/engine/scheduler.h"
 #include "kvserve/mem/common.h"
+#include "kvserve/mem/host_kv_memory.h"
 
 namespace kvserve::bench {
 namespace {
@@ -29,7 +34,7 @@ int32_t decoder_limit(const model::WhisperRunner& runner) {
 Result<int32_t> prompt_len(const model::WhisperRunner& runner, int32_t decoder_input_len) {
   if (decoder_input_len > 0) return decoder_input_len;
   KV_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt,
-                      model::whisper_prompt(runner.config(), runner.generation_config(), {}));
+                      model::whisper_prompt(runner.config(), runner.generation_config()));
   return static_cast<int32_t>(prompt.size());
 }
 
@@ -62,7 +67,7 @@ nlohmann::json WhisperOneBatchResult::to_json() const {
 
 WhisperLayoutAccounting whisper_layout_accounting(model::WhisperRunner& runner,
                                                   int32_t batch_size) {
-  const model::WhisperConfig& c = runner.config();
+  const checkpoint::WhisperConfig& c = runner.config();
   const model::WhisperRunnerOptions& o = runner.options();
   const mem::KvPoolConfig& pool = runner.kv_pool().config();
   WhisperLayoutAccounting a;
@@ -86,9 +91,9 @@ WhisperLayoutAccounting whisper_layout_accounting(model::WhisperRunner& runner,
 Result<std::vector<model::WhisperRequest>> whisper_one_batch_requests(
     const model::WhisperRunner& runner, int32_t batch_size, int32_t decoder_input_len,
     uint64_t seed) {
-  const model::WhisperConfig& c = runner.config();
+  const checkpoint::WhisperConfig& c = runner.config();
   KV_ASSIGN_OR_RETURN(const std::vector<int32_t> sot,
-                      model::whisper_prompt(c, runner.generation_config(), {}));
+                      model::whisper_prompt(c, runner.generation_config()));
   std::vector<int32_t> prompt;  // empty: whisper_generate uses the transcriber's prompt
   if (decoder_input_len > 0) {
     prompt.assign(sot.begin(), sot.begin() + std::min<size_t>(sot.size(), decoder_input_len));
@@ -124,11 +129,17 @@ std::optional<std::string> whisper_one_batch_misfit(model::WhisperRunner& runner
   if (batch_size > o.max_running_requests) {
     return fmt::format("max_running_requests limit ({})", o.max_running_requests);
   }
+  // The scheduler's admission (PrefillAdder) in one prefill: each request takes its extend
+  // (encoder region + prompt) in whole pages plus its output budget, and the last one is admitted
+  // only while its extend and output stay below what is left.
   const int64_t reserved = runner.encoder_reserved_len(runner.config().max_source_positions);
-  const int64_t per_request = mem::ceil_align(reserved + seq, o.page_size);
+  const int64_t extend = reserved + *prompt;
+  const int64_t taken = mem::ceil_align(extend, int64_t{o.page_size}) + output_len;
   const int64_t slots = runner.allocator().size();
-  if (batch_size > slots / per_request) {
-    return fmt::format("max batch size limit ({} for {} KV tokens)", slots / per_request, slots);
+  const int64_t max_batch =
+      slots > extend + output_len ? (slots - 1 - extend - output_len) / taken + 1 : 0;
+  if (batch_size > max_batch) {
+    return fmt::format("max batch size limit ({} for {} KV tokens)", max_batch, slots);
   }
   return std::nullopt;
 }
@@ -139,10 +150,6 @@ Result<WhisperOneBatchResult> run_whisper_one_batch_once(
     const std::function<void(std::string_view)>& log) {
   KV_CHECK(batch_size >= 1 && decoder_input_len >= 0 && output_len >= 1, "({}, {}, {})", batch_size,
            decoder_input_len, output_len);
-  mem::ReqToTokenPool& rows = runner.req_to_token();
-  mem::BaseTokenToKVPoolAllocator& allocator = runner.allocator();
-  KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
-           "a one-batch run starts with every row and slot free");
   platform::Platform& platform = runner.platform();
   KV_ASSIGN_OR_RETURN(const std::vector<model::WhisperRequest> requests,
                       whisper_one_batch_requests(runner, batch_size, decoder_input_len, seed));
@@ -154,44 +161,97 @@ Result<WhisperOneBatchResult> run_whisper_one_batch_once(
   r.output_len = output_len;
   r.layout = whisper_layout_accounting(runner, batch_size);
 
-  // Phase boundaries from whisper_generate, each after a device synchronization.
-  std::vector<Clock::time_point> marks;
-  model::WhisperGenerateOptions gopt;
-  gopt.max_new_tokens = output_len;
-  gopt.ignore_eos = true;
-  gopt.on_progress = [&](model::WhisperGeneratePoint) {
-    platform.synchronize();
-    marks.push_back(Clock::now());
+  // The batch through the engine's scheduler on the runner's ModelRunner (as a server runs it,
+  // without the engine thread): one prefill step for the whole batch (the encoder, timed on its
+  // own by the runner, then the decoder's prefill with the cross K/V write and the first pick),
+  // then output_len - 1 decode steps; a device synchronization after each.
+  model::ModelRunner& runner_core = runner.runner();
+  engine::SchedulerOptions so;
+  so.max_prefill_tokens = std::numeric_limits<int32_t>::max();  // one prefill takes the batch
+  so.eos_token_ids = runner_core.config().eos_token_ids;
+  so.encoder = runner.encoder_split();
+  // The scheduler's own host KV memory of the runner's shape, with a chunk cache (as the engine
+  // gives an encoder-decoder model).
+  engine::Scheduler scheduler(
+      runner_core, mem::HostKvMemory(runner_core.kv_shape(), mem::PrefixCacheKind::kChunk), nullptr,
+      so, nullptr);
+  const mem::ReqToTokenPool& rows = scheduler.memory().req_to_token();
+  const mem::BaseTokenToKVPoolAllocator& allocator = scheduler.memory().allocator();
+  const auto rules = std::make_shared<const engine::LogitRules>(
+      engine::whisper_logit_rules(runner.generation_config()));
+  KV_ASSIGN_OR_RETURN(const std::vector<int32_t> sot,
+                      model::whisper_prompt(runner.config(), runner.generation_config()));
+  const int32_t encoder_len = runner.config().max_source_positions;
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  for (int32_t i = 0; i < batch_size; ++i) {
+    const model::WhisperRequest& w = requests[static_cast<size_t>(i)];
+    auto req = std::make_unique<engine::Req>();
+    req->id = static_cast<uint64_t>(i) + 1;
+    req->rid = std::to_string(i);
+    req->origin_input_ids = w.prompt.empty() ? sot : w.prompt;
+    req->sampling.temperature = 0.0f;
+    req->sampling.max_new_tokens = output_len;
+    req->sampling.ignore_eos = true;
+    req->logit_rules = rules;
+    req->encoder_input = std::make_shared<const std::vector<float>>(w.features);
+    req->encoder_len = encoder_len;
+    req->arrival = engine::Clock::now();
+    req->stream = std::make_shared<engine::RequestStream>();
+    streams.push_back(req->stream);
+    scheduler.add_request(std::move(req));
+  }
+  const auto deliver = [&] {
+    for (auto& [stream, event] : scheduler.take_outputs())
+      stream->push(std::move(event));
   };
+  std::vector<Clock::time_point> marks;
+  runner_core.set_encoder_timing(true);
   platform.synchronize();
   marks.push_back(Clock::now());
-  auto generated = model::whisper_generate(runner, requests, gopt);
+  const bool prefilled = scheduler.step();
+  platform.synchronize();
+  marks.push_back(Clock::now());
+  const int32_t prefilled_requests = scheduler.stats().running;
+  const double encoder_seconds = runner_core.last_encoder_seconds();
+  deliver();
+  while (scheduler.step()) {
+    platform.synchronize();
+    marks.push_back(Clock::now());
+    deliver();
+  }
+  runner_core.set_encoder_timing(false);
+  KV_CHECK(scheduler.idle(), "a one-batch run ends with every request finished");
   KV_CHECK(rows.available_size() == rows.size() && allocator.available_size() == allocator.size(),
            "a one-batch run leaves every row and slot free");
-  if (!generated.is_ok()) {
-    return Status(generated.status().code(),
-                  fmt::format("({}, {}, {}): {}", batch_size, decoder_input_len, output_len,
-                              generated.status().message()));
+  if (!prefilled || (prefilled_requests != batch_size && output_len > 1)) {
+    return make_status(StatusCode::kOutOfMemory,
+                       "({}, {}, {}): the batch did not fit one prefill ({} of {} requests)",
+                       batch_size, decoder_input_len, output_len, prefilled_requests, batch_size);
   }
-  for (const model::WhisperGenerateResult& g : *generated) {
-    KV_CHECK_EQ(static_cast<int32_t>(g.tokens.size()), output_len,
+  std::vector<std::vector<int32_t>> tokens(streams.size());
+  for (size_t i = 0; i < streams.size(); ++i) {
+    engine::StreamEvent e;
+    while (streams[i]->pop(e, std::chrono::milliseconds(0)))
+      tokens[i].insert(tokens[i].end(), e.token_ids.begin(), e.token_ids.end());
+    KV_CHECK_EQ(static_cast<int32_t>(tokens[i].size()), output_len,
                 "with eos ignored every request generates output_len tokens");
   }
-  // marks: start, encoded, then one per pick (the prefill's and output_len - 1 decode steps).
-  KV_CHECK_EQ(marks.size(), static_cast<size_t>(output_len) + 2);
-  r.decoder_input_len = static_cast<int32_t>((*generated)[0].prompt.size());
-  r.first_request_tokens = (*generated)[0].tokens;
+  // marks: start, prefilled, then one per decode step (output_len - 1).
+  KV_CHECK_EQ(marks.size(), static_cast<size_t>(output_len) + 1);
+  r.decoder_input_len =
+      static_cast<int32_t>(requests[0].prompt.empty() ? sot.size() : requests[0].prompt.size());
+  r.first_request_tokens = tokens[0];
 
-  r.encoder_latency = seconds(marks[0], marks[1]);
+  r.encoder_latency = encoder_seconds;
   r.encoder_throughput = static_cast<double>(r.layout.encoder_len) * batch_size / r.encoder_latency;
   log(fmt::format("Encoder. latency: {:6.5f} s, throughput: {:9.2f} token/s", r.encoder_latency,
                   r.encoder_throughput));
-  r.prefill_latency = seconds(marks[1], marks[2]);
+  r.prefill_latency = seconds(marks[0], marks[1]) - encoder_seconds;
   r.prefill_throughput = static_cast<double>(r.decoder_input_len) * batch_size / r.prefill_latency;
   log(fmt::format("Prefill. latency: {:6.5f} s, throughput: {:9.2f} token/s", r.prefill_latency,
                   r.prefill_throughput));
   r.total_latency = r.encoder_latency + r.prefill_latency;
-  for (size_t i = 3; i < marks.size(); ++i)
+  for (size_t i = 2; i < marks.size(); ++i)
     r.add_step(seconds(marks[i - 1], marks[i]), batch_size, log);
   r.finish(batch_size, (static_cast<double>(r.decoder_input_len) + output_len) * batch_size, log);
   const WhisperLayoutAccounting& a = r.layout;

@@ -1,16 +1,19 @@
 // `kvserve bench-one-batch` on a Whisper checkpoint: the latency of one static batch of
-// transcriptions on a WhisperRunner, per encoder KV layout (mem/encoder_layout.h), without a
-// server.
+// transcriptions on a WhisperRunner's ModelRunner, per encoder KV layout (mem/encoder_layout.h),
+// without a server.
 //
 // Every request gets seeded random log-mel features [num_mel_bins, 2 * max_source_positions] (so
 // the encoder emits max_source_positions tokens, 1500 for real Whisper) and a decoder prompt
-// (the transcriber's <|startoftranscript|> prompt, or a given length of it followed by random text
-// ids). The batch runs through model::whisper_generate, the transcriber's own path, with
-// eos ignored so every step decodes the whole batch, and is timed between device synchronizations:
-//   encoder  every request's encoder output into device memory;
-//   prefill  rows allocated, the cross K/V of every decoder layer written into the encoder
-//            regions, the prompt's self K/V and the first greedy pick;
-//   decode   each of output_len - 1 steps (a slot per request, forward, suppression, argmax).
+// (the front end's <|startoftranscript|> prompt, or a given length of it followed by random text
+// ids). The batch runs through the engine's Scheduler (engine/scheduler.h) on the runner's
+// ModelRunner, the server's own path, greedy with eos ignored so every step decodes the whole
+// batch, and is timed between device synchronizations:
+//   encoder  every request's encoder output into device memory (timed inside the prefill step by
+//            the runner: ModelRunner::set_encoder_timing);
+//   prefill  the rest of the prefill step: rows allocated, the cross K/V of every decoder layer
+//            written into the encoder regions, the prompt's self K/V and the first greedy pick;
+//   decode   each of output_len - 1 scheduler steps (a slot per request, forward, suppression,
+//            argmax).
 // Each run also reports what its layout costs per request: the encoder region's padding (aligned
 // layout) and, for a backend that gathers the cache into contiguous buffers (cuda-ragged, native),
 // the encoder K/V bytes each decode step copies.

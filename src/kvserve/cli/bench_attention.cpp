@@ -17,6 +17,7 @@
 
 #include "kvserve/bench/attention.h"
 #include "kvserve/cli/commands.h"
+#include "kvserve/platform/kernel_switches_env.h"
 
 namespace kvserve::cli {
 
@@ -148,6 +149,13 @@ Command add_bench_attention_command(CLI::App& app) {
               fmt::print(stderr, "kvserve bench-attention: {}\n", p.status().message());
               return 2;
             }
+            // The kernels' A/B switches (PDL; the defaults of --variant auto / stages auto).
+            auto switches = platform::kernel_switches_from_env();
+            if (!switches.is_ok()) {
+              fmt::print(stderr, "kvserve bench-attention: {}\n", switches.status().message());
+              return 2;
+            }
+            (*p)->set_kernel_switches(*switches);
             for (const int32_t batch : a->batches) {
               for (const int32_t seq : a->seq_lens) {
                 for (const int32_t page : a->page_sizes) {

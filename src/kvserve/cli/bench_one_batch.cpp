@@ -16,7 +16,7 @@
 #include "kvserve/bench/whisper_one_batch.h"
 #include "kvserve/cli/commands.h"
 #include "kvserve/cli/runner_options.h"
-#include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/model/model_runner.h"
 
 namespace kvserve::cli {
 namespace {
@@ -26,7 +26,8 @@ struct BenchOneBatchArgs {
   model::ModelRunnerOptions runner;
   bench::OneBatchOptions bench;
   std::string result_filename = "result.jsonl";
-  std::string encoder_kv_layout;          // Whisper checkpoints only; empty: aligned
+  mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;  // Whisper only
+  CLI::Option* layout_flag = nullptr;     // whether --encoder-kv-layout was given
   CLI::Option* input_len_flag = nullptr;  // whether --input-len was given
 };
 
@@ -56,10 +57,10 @@ void log_line(std::string_view line) {
 // WhisperRunner in the chosen encoder KV layout.
 int run_bench_one_batch_whisper(const BenchOneBatchArgs& a) {
   const model::ModelRunnerOptions& r = a.runner;
-  if (r.kv_cache_dtype != "auto") {
+  if (r.kv_cache_dtype.has_value()) {
     return fail(invalid_argument(
         "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
-        r.kv_cache_dtype));
+        dtype_name(*r.kv_cache_dtype)));
   }
   if (r.mem_fraction_static != 0) {
     return fail(invalid_argument(
@@ -72,17 +73,15 @@ int run_bench_one_batch_whisper(const BenchOneBatchArgs& a) {
                          "max_target_positions"));
   }
   model::WhisperRunnerOptions wo;
-  wo.device = r.device;
+  wo.device = r.device.to_string();
   wo.page_size = r.page_size;
-  wo.attention_backend = r.attention_backend;  // empty: the device's default for the layout
+  if (r.attention_backend) {  // else the device's default for the layout
+    wo.attention_backend = attention::attention_backend_name(*r.attention_backend);
+  }
   wo.max_running_requests = r.max_running_requests;
   wo.max_total_tokens = r.max_total_tokens;
-  auto layout =
-      mem::parse_encoder_kv_layout(a.encoder_kv_layout.empty() ? "aligned" : a.encoder_kv_layout);
-  if (!layout.is_ok()) {
-    return fail(invalid_argument("--encoder-kv-layout: {}", layout.status().message()));
-  }
-  wo.layout = *layout;
+  wo.layout = a.encoder_kv_layout;
+  wo.kernel_switches = r.kernel_switches;
   bench::WhisperOneBatchOptions bo;
   bo.run_name = a.bench.run_name;
   bo.batch_sizes = a.bench.batch_sizes;
@@ -94,7 +93,7 @@ int run_bench_one_batch_whisper(const BenchOneBatchArgs& a) {
   auto runner = model::WhisperRunner::create(a.model_path, wo);
   if (!runner.is_ok()) return fail(runner.status());
   model::WhisperRunner& w = **runner;
-  const model::WhisperConfig& c = w.config();
+  const checkpoint::WhisperConfig& c = w.config();
   const model::WhisperRunnerOptions& ro = w.options();
   fmt::print(
       "Whisper: {}+{} layers, d_model {}, encoder_len {}, on {}; page size {}, {} encoder KV "
@@ -121,8 +120,9 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
     a.runner.max_running_requests =
         *std::max_element(a.bench.batch_sizes.begin(), a.bench.batch_sizes.end());
   }
+  if (Status s = read_kernel_switches(a.runner); !s.is_ok()) return fail(s);
   if (model::is_whisper_checkpoint(a.model_path)) return run_bench_one_batch_whisper(a);
-  if (!a.encoder_kv_layout.empty()) {
+  if (a.layout_flag != nullptr && a.layout_flag->count() > 0) {
     return fail(invalid_argument(
         "--encoder-kv-layout applies to Whisper checkpoints only; {} is not one (its config.json "
         "model_type is not \"whisper\")",
@@ -159,15 +159,16 @@ Command add_bench_one_batch_command(CLI::App& app) {
   cmd->add_option("--result-filename", a->result_filename, "Append JSON lines here")
       ->capture_default_str();
   cmd->add_option("--seed", a->bench.seed, "Seed of the synthetic prompts")->capture_default_str();
-  cmd->add_option("--device", a->runner.device, "cpu, cuda or cuda:N")->capture_default_str();
+  add_device_option(cmd, a->runner.device);
   cmd->add_option("--page-size", a->runner.page_size)->capture_default_str();
-  cmd->add_option("--attention-backend", a->runner.attention_backend,
-                  "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
-                  "(Whisper on CUDA with the ragged layout: cuda-ragged)");
-  cmd->add_option("--encoder-kv-layout", a->encoder_kv_layout,
-                  "Whisper checkpoints only: aligned (default) or ragged encoder KV rows");
-  cmd->add_option("--kv-cache-dtype", a->runner.kv_cache_dtype, kKvCacheDtypeHelp)
-      ->capture_default_str();
+  add_attention_backend_option(
+      cmd, a->runner.attention_backend,
+      "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: "
+      "the device's (Whisper on CUDA with the ragged layout: cuda-ragged)");
+  a->layout_flag = add_encoder_kv_layout_option(
+      cmd, a->encoder_kv_layout,
+      "Whisper checkpoints only: aligned (default) or ragged encoder KV rows");
+  add_kv_cache_dtype_option(cmd, a->runner.kv_cache_dtype);
   cmd->add_option("--max-total-tokens", a->runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", a->runner.mem_fraction_static);
   cmd->add_option("--max-running-requests", a->runner.max_running_requests,

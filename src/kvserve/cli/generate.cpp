@@ -10,8 +10,7 @@
 #include "kvserve/cli/default_model.h"
 #include "kvserve/cli/runner_options.h"
 #include "kvserve/engine/generate.h"
-#include "kvserve/mem/chunk_cache.h"
-#include "kvserve/mem/radix_cache.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::cli {
@@ -68,6 +67,7 @@ int run_generate(GenerateOptions o) {
   if (o.prompts.empty() == o.input_ids.empty()) {
     return fail(invalid_argument("give either --prompt or --input-ids (one per request)"));
   }
+  if (Status s = read_kernel_switches(o.runner); !s.is_ok()) return fail(s);
   auto runner = model::ModelRunner::create(o.model_path, o.runner);
   if (!runner.is_ok()) return fail(runner.status());
   model::ModelRunner& r = **runner;
@@ -79,7 +79,7 @@ int run_generate(GenerateOptions o) {
   } else if (!o.prompts.empty()) {
     return fail(t.status());
   }
-  auto gen_config = model::load_generation_config(o.model_path);
+  auto gen_config = checkpoint::load_generation_config(o.model_path);
   if (!gen_config.is_ok()) return fail(gen_config.status());
 
   engine::SamplingParams sp;
@@ -109,14 +109,10 @@ int run_generate(GenerateOptions o) {
   gopt.eos_token_ids = gen_config->eos_token_ids;
   if (gopt.eos_token_ids.empty()) gopt.eos_token_ids = r.config().eos_token_ids;
 
-  std::unique_ptr<mem::PrefixCache> cache;
-  if (o.disable_radix_cache) {
-    cache = std::make_unique<mem::ChunkCache>(r.req_to_token(), r.allocator());
-  } else {
-    cache = std::make_unique<mem::RadixCache>(r.req_to_token(), r.allocator());
-  }
+  mem::HostKvMemory memory(r.kv_shape(), o.disable_radix_cache ? mem::PrefixCacheKind::kChunk
+                                                               : mem::PrefixCacheKind::kRadix);
   const auto t0 = std::chrono::steady_clock::now();
-  auto results = engine::generate(r, *cache, requests, gopt);
+  auto results = engine::generate(r, memory, requests, gopt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!results.is_ok()) return fail(results.status());
 
@@ -171,11 +167,12 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past EOS");
   cmd->add_option("--top-logprobs", o->top_logprobs, "With --json: top-k logprobs per token");
   cmd->add_flag("--json", o->json, "Print token ids, text and logprobs as JSON");
-  cmd->add_option("--device", o->runner.device, "cpu, cuda or cuda:N")->capture_default_str();
+  add_device_option(cmd, o->runner.device);
   cmd->add_option("--page-size", o->runner.page_size)->capture_default_str();
-  cmd->add_option("--attention-backend", o->runner.attention_backend, "cpu or native");
-  cmd->add_option("--kv-cache-dtype", o->runner.kv_cache_dtype, kKvCacheDtypeHelp)
-      ->capture_default_str();
+  add_attention_backend_option(cmd, o->runner.attention_backend,
+                               "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: "
+                               "the device's");
+  add_kv_cache_dtype_option(cmd, o->runner.kv_cache_dtype);
   cmd->add_option("--max-total-tokens", o->runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", o->runner.mem_fraction_static);
   cmd->add_option("--max-running-requests", o->runner.max_running_requests);

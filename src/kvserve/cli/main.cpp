@@ -8,12 +8,14 @@
 
 #include "kvserve/cli/commands.h"
 #include "kvserve/core/check.h"
+#include "kvserve/core/log_output.h"
 #include "kvserve/core/logging.h"
 
 namespace kvserve::cli {
 namespace {
 
 int main(int argc, char** argv) {
+  log_to_stderr();  // results go to stdout, logs never do
   CLI::App app{"kvserve: an LLM serving engine with SGLang's KV-cache design, in C++"};
   app.require_subcommand(0, 1);
   app.fallthrough();  // global flags (--log-level) may also follow the subcommand
@@ -29,7 +31,13 @@ int main(int argc, char** argv) {
       add_transcribe_command(app),
   };
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error (an unknown flag, a value a validator
+    // refuses: a bad --attention-backend or --device) is exit 2, as the commands' own checks.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (!set_log_level(log_level)) {
     fmt::print(stderr, "kvserve: --log-level: unknown level '{}'\n", log_level);
     return 2;

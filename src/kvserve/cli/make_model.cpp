@@ -1,12 +1,12 @@
-// kvserve make-model: a random-weight checkpoint in Hugging Face's layout (model/make_model.h).
+// kvserve make-model: a random-weight checkpoint in Hugging Face's layout (makemodel/make_model.h).
 //   kvserve make-model --preset tiny --output /tmp/tiny [--seed S] [--dtype bf16|f16|f32]
 #include <fmt/format.h>
 
 #include <memory>
 
 #include "kvserve/cli/commands.h"
-#include "kvserve/model/make_model.h"
-#include "kvserve/model/presets.h"
+#include "kvserve/makemodel/make_model.h"
+#include "kvserve/makemodel/presets.h"
 
 namespace kvserve::cli {
 namespace {
@@ -24,7 +24,7 @@ struct MakeModelArgs {
 
 std::string preset_list() {
   std::string out;
-  for (const std::string& n : model::preset_names())
+  for (const std::string& n : makemodel::preset_names())
     out += (out.empty() ? "" : ", ") + n;
   return out;
 }
@@ -42,7 +42,7 @@ int run_make_model(const MakeModelArgs& a) {
     fmt::print(stderr, "kvserve make-model: --threads must be >= 0, got {}\n", a.threads);
     return 2;
   }
-  model::MakeModelOptions opt;
+  makemodel::MakeModelOptions opt;
   opt.preset = a.preset;
   opt.output = a.output;
   opt.seed = a.seed;
@@ -55,7 +55,7 @@ int run_make_model(const MakeModelArgs& a) {
     return 2;
   }
   opt.dtype = dtype;
-  const Result<uint64_t> shard = model::parse_shard_size(a.max_shard_size);
+  const Result<uint64_t> shard = makemodel::parse_shard_size(a.max_shard_size);
   if (!shard.is_ok()) {
     fmt::print(stderr, "kvserve make-model: {}\n", shard.status().message());
     return 2;
@@ -65,7 +65,7 @@ int run_make_model(const MakeModelArgs& a) {
 
   if (!a.quiet)
     fmt::print("make-model: preset {}, seed {}, {} -> {}\n", a.preset, a.seed, a.dtype, a.output);
-  const Result<model::MakeModelReport> r = model::make_model(opt);
+  const Result<makemodel::MakeModelReport> r = makemodel::make_model(opt);
   if (!r.is_ok()) {
     fmt::print(stderr, "kvserve make-model: {}\n", r.status().message());
     // Usage errors (bad preset, dtype, output path) are 2; failures while writing are 1.

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <thread>
 
@@ -10,7 +11,8 @@
 #include "kvserve/cli/runner_options.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/engine.h"
-#include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/model/model_runner.h"
+#include "kvserve/model/whisper_front_end.h"
 #include "kvserve/server/http_server.h"
 #include "kvserve/server/transcription_server.h"
 
@@ -20,7 +22,7 @@ namespace {
 struct ServeOptions {
   engine::EngineOptions engine;
   server::ServerOptions server;
-  std::string encoder_kv_layout = "aligned";  // Whisper checkpoints only
+  mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;  // Whisper only
 };
 
 int load_failure(const Status& s) {
@@ -48,47 +50,46 @@ int serve_until_signal(Server& http, const std::string& host, sigset_t signals, 
   return 0;
 }
 
-// A Whisper checkpoint: the transcription service (one worker thread owns the model) behind
-// OpenAI's /v1/audio/transcriptions.
-int run_serve_whisper(const ServeOptions& o, sigset_t signals) {
-  const model::ModelRunnerOptions& r = o.engine.runner;
-  if (r.kv_cache_dtype != "auto") {
-    return load_failure(invalid_argument(
-        "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
-        r.kv_cache_dtype));
-  }
-  server::TranscriptionServiceOptions so;
-  so.runner.device = r.device;
-  so.runner.page_size = r.page_size;
-  so.runner.attention_backend = r.attention_backend;  // empty: the device's default
-  so.runner.max_running_requests = r.max_running_requests > 0 ? r.max_running_requests : 8;
-  so.runner.max_total_tokens = r.max_total_tokens;
-  auto layout = mem::parse_encoder_kv_layout(o.encoder_kv_layout);
-  if (!layout.is_ok()) {
-    return load_failure(invalid_argument("--encoder-kv-layout: {}", layout.status().message()));
-  }
-  so.runner.layout = *layout;
-  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}",
-              o.engine.model_path.string(), r.device);
-  auto service = server::TranscriptionService::create(o.engine.model_path, so);
-  if (!service.is_ok()) return load_failure(service.status());
-  const model::WhisperRunnerOptions& ro = (*service)->transcriber().runner().options();
-  KV_LOG_INFO(
-      "speech recognition: page size {}, {} encoder KV layout, {} attention, batches of up to {}",
-      ro.page_size, o.encoder_kv_layout, ro.attention_backend, ro.max_running_requests);
-  server::TranscriptionServer http(**service, o.engine.model_path.string(), o.server);
+// A Whisper checkpoint: the engine (its encoder-decoder path) behind OpenAI's
+// /v1/audio/transcriptions; the tokenizer and feature extractor serve the HTTP threads.
+int run_serve_whisper(ServeOptions o, sigset_t signals) {
+  engine::EngineOptions& e = o.engine;
+  if (e.runner.max_running_requests <= 0) e.runner.max_running_requests = 8;
+  e.runner.encoder_kv_layout = o.encoder_kv_layout;
+  KV_LOG_INFO("kvserve serve: loading the Whisper checkpoint {} on {}", e.model_path.string(),
+              e.runner.device.to_string());
+  auto engine = engine::Engine::create(e);
+  if (!engine.is_ok()) return load_failure(engine.status());
+  auto front_end = model::WhisperFrontEnd::load(e.model_path, *(*engine)->whisper_config(),
+                                                *(*engine)->whisper_generation_config());
+  if (!front_end.is_ok()) return load_failure(front_end.status());
+  KV_LOG_INFO("speech recognition: {}", (*engine)->summary());
+  server::TranscriptionServer http(**engine, **front_end, e.model_path.string(), o.server);
   if (Status s = http.bind(); !s.is_ok()) {
     fmt::print(stderr, "kvserve serve: {}\n", s.message());
     return 1;
   }
-  // Stop accepting, then let the worker finish its batch and fail what is queued (503).
+  // Stop accepting, then end what is in flight (aborted: 503), so the HTTP workers return.
   return serve_until_signal(http, o.server.host, signals, [&] {
     http.stop();
-    (*service)->shutdown();
+    (*engine)->shutdown();
   });
 }
 
+// Every connection is a descriptor: raise the soft limit to the hard one (commonly 1024 of
+// 1048576), so that --max-connections, not the limit, decides.
+void raise_open_file_limit(int wanted) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == lim.rlim_max) return;
+  lim.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < static_cast<rlim_t>(wanted) + 256) {
+    KV_LOG_WARN("the open file limit ({}) is below --max-connections {}", lim.rlim_cur, wanted);
+  }
+}
+
 int run_serve(ServeOptions o) {
+  raise_open_file_limit(o.server.max_connections);
   std::string model_path = o.engine.model_path.string();
   if (!resolve_model_path(model_path, "serve")) return 2;
   o.engine.model_path = model_path;
@@ -98,10 +99,13 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  if (model::is_whisper_checkpoint(o.engine.model_path)) return run_serve_whisper(o, signals);
+  if (Status s = read_kernel_switches(o.engine.runner); !s.is_ok()) return load_failure(s);
+  if (model::is_whisper_checkpoint(o.engine.model_path)) {
+    return run_serve_whisper(std::move(o), signals);
+  }
 
   KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
-              o.engine.runner.device);
+              o.engine.runner.device.to_string());
   o.engine.runner.show_progress = true;
   auto engine = engine::Engine::create(o.engine);
   if (!engine.is_ok()) return load_failure(engine.status());
@@ -127,13 +131,13 @@ int run_serve(ServeOptions o) {
 static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
   cmd->add_option("--model-path", e.model_path,
                   "Hugging Face checkpoint directory (default: the demo model, models/demo-lm)");
-  cmd->add_option("--device", e.runner.device, "cpu, cuda or cuda:N")->capture_default_str();
+  add_device_option(cmd, e.runner.device);
   cmd->add_option("--page-size", e.runner.page_size)->capture_default_str();
-  cmd->add_option("--attention-backend", e.runner.attention_backend,
-                  "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
-                  "(a Whisper checkpoint on CUDA with the ragged layout: cuda-ragged)");
-  cmd->add_option("--kv-cache-dtype", e.runner.kv_cache_dtype, kKvCacheDtypeHelp)
-      ->capture_default_str();
+  add_attention_backend_option(
+      cmd, e.runner.attention_backend,
+      "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: the device's "
+      "(a Whisper checkpoint on CUDA with the ragged layout: cuda-ragged)");
+  add_kv_cache_dtype_option(cmd, e.runner.kv_cache_dtype);
   cmd->add_option("--max-total-tokens", e.runner.max_total_tokens, "KV cache size in tokens");
   cmd->add_option("--mem-fraction-static", e.runner.mem_fraction_static,
                   "Fraction of free memory for the KV cache");
@@ -166,8 +170,24 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--port", o->server.port, "0: any free port")->capture_default_str();
   cmd->add_option("--api-key", o->server.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--served-model-name", o->server.served_model_name);
-  cmd->add_option("--encoder-kv-layout", o->encoder_kv_layout,
-                  "Whisper checkpoints: aligned or ragged encoder KV rows")
+  add_encoder_kv_layout_option(cmd, o->encoder_kv_layout,
+                               "Whisper checkpoints: aligned (default) or ragged encoder KV rows");
+  cmd->add_option("--max-queued-requests", o->server.max_queued_requests,
+                  "With this many requests waiting, refuse new ones with 503 and Retry-After "
+                  "(0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->server.max_connections,
+                  "Open HTTP connections served at once (a thread each); beyond: 503")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--http-header-timeout", o->server.header_timeout_s,
+                  "Seconds a client has to send a whole request head")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--http-keep-alive-timeout", o->server.keep_alive_timeout_s,
+                  "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--sampling-defaults", o->server.sampling_defaults,
                   "model: generation_config.json's temperature/top_p/top_k/min_p/"

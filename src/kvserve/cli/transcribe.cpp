@@ -2,8 +2,10 @@
 //
 // Per file: decode (audio/audio_file.h, at most one 30 s window: long-form chunking is not
 // supported yet), resample to the feature extractor's rate, log-mel features from the model's
-// preprocessor_config.json, then greedy decoding (model/whisper_generate.h) in batches of
-// --max-running-requests files. The text is the tokenizer's decode of the generated tokens with the
+// preprocessor_config.json, then decoding on an in-process engine (engine/engine.h, the server's
+// Engine and Scheduler: the encoder runs in each request's prefill and decode steps batch
+// continuously over up to --max-running-requests files). Greedy, or sampled with --temperature.
+// Lines come in file order. The text is the tokenizer's decode of the generated tokens with the
 // special tokens skipped, trimmed.
 //
 // A file that cannot be decoded is reported on stderr (the message names it) and skipped; the
@@ -12,7 +14,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,8 +26,11 @@
 #include "kvserve/cli/commands.h"
 #include "kvserve/cli/default_model.h"
 #include "kvserve/core/logging.h"
-#include "kvserve/model/whisper_generate.h"
-#include "kvserve/model/whisper_transcriber.h"
+#include "kvserve/attention/capabilities.h"
+#include "kvserve/engine/engine.h"
+#include "kvserve/model/model_runner.h"
+#include "kvserve/model/whisper_front_end.h"
+#include "kvserve/platform/kernel_switches_env.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::cli {
@@ -45,11 +52,11 @@ struct TranscribeOptions {
   std::string device = "cpu";
 };
 
-// One decoded file waiting for its batch.
+// One file submitted to the engine.
 struct PendingFile {
   std::string name;  // as given on the command line
   double seconds = 0.0;
-  model::WhisperRequest request;
+  std::shared_ptr<engine::RequestStream> stream;
 };
 
 int fail(const Status& s) {
@@ -72,35 +79,75 @@ Status check_flags(const TranscribeOptions& o) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<model::WhisperTranscriber>> load(const TranscribeOptions& o) {
+// The engine and the front end (tokenizer, feature extractor) of the checkpoint.
+struct Loaded {
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<model::WhisperFrontEnd> front_end;
+};
+
+Result<Loaded> load(const TranscribeOptions& o) {
   const std::filesystem::path dir = o.model_path;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return make_status(StatusCode::kNotFound, "--model-path {}: no such directory", o.model_path);
   }
-  model::WhisperRunnerOptions ropt;
-  ropt.device = o.device;
-  ropt.page_size = o.page_size;
-  ropt.attention_backend = o.attention_backend;
-  ropt.max_running_requests = o.max_running_requests;
+  if (!model::is_whisper_checkpoint(dir)) {
+    return invalid_argument("--model-path {}: not a Whisper checkpoint (config.json's model_type)",
+                            o.model_path);
+  }
+  if (o.page_size < 1 || o.page_size > 128) {
+    return invalid_argument("--page-size must be in 1..128, got {}", o.page_size);
+  }
+  if (o.max_running_requests < 1) {
+    return invalid_argument("--max-running-requests must be positive, got {}",
+                            o.max_running_requests);
+  }
+  engine::EngineOptions e;
+  e.model_path = dir;
+  KV_ASSIGN_OR_RETURN(e.runner.device, platform::parse_device(o.device));
+  e.runner.page_size = o.page_size;
+  if (!o.attention_backend.empty()) {  // else the device's default for the layout
+    auto backend = attention::parse_attention_backend(o.attention_backend);
+    if (!backend.is_ok()) {
+      return invalid_argument("--attention-backend: {}", backend.status().message());
+    }
+    e.runner.attention_backend = *backend;
+  }
+  e.runner.max_running_requests = o.max_running_requests;
   auto layout = mem::parse_encoder_kv_layout(o.encoder_kv_layout);
   if (!layout.is_ok()) {
     return invalid_argument("--encoder-kv-layout: {}", layout.status().message());
   }
-  ropt.layout = *layout;
-  KV_ASSIGN_OR_RETURN(auto t, model::WhisperTranscriber::load(dir, ropt));
-  KV_RETURN_IF_ERROR(t->check_language_and_task(o.language, o.task));
-  return t;
+  e.runner.encoder_kv_layout = *layout;
+  KV_ASSIGN_OR_RETURN(e.runner.kernel_switches, platform::kernel_switches_from_env());
+  Loaded l;
+  KV_ASSIGN_OR_RETURN(l.engine, engine::Engine::create(e));
+  KV_ASSIGN_OR_RETURN(l.front_end,
+                      model::WhisperFrontEnd::load(dir, *l.engine->whisper_config(),
+                                                   *l.engine->whisper_generation_config()));
+  KV_RETURN_IF_ERROR(l.front_end->check_language_and_task(o.language, o.task));
+  return l;
 }
 
-// Decode, resample and log-mel one file; errors name it.
-Result<PendingFile> prepare(const model::WhisperTranscriber& t, const std::string& name) {
-  KV_ASSIGN_OR_RETURN(model::PreparedAudio audio, t.prepare_file(name));
-  PendingFile f;
-  f.name = name;
-  f.seconds = audio.seconds;
-  f.request.features = std::move(audio.features);
-  return f;
+// The tokens of a finished request (a final eos included); an abort or a failed batch
+// (FinishKind::kError) is an error.
+Result<std::vector<int32_t>> wait_tokens(engine::RequestStream& stream) {
+  std::vector<int32_t> tokens;
+  std::deque<engine::StreamEvent> events;
+  while (true) {
+    if (!stream.pop_all(events, std::chrono::milliseconds(1000))) continue;
+    for (engine::StreamEvent& e : events) {
+      tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      if (!e.finished) continue;
+      if (e.finish.kind == engine::FinishKind::kAbort ||
+          e.finish.kind == engine::FinishKind::kError) {
+        return make_status(StatusCode::kInternal, "{}: {}",
+                           e.finish.kind == engine::FinishKind::kAbort ? "aborted" : "failed",
+                           e.finish.message);
+      }
+      return tokens;
+    }
+  }
 }
 
 std::string format_line(const TranscribeOptions& o, const PendingFile& f, const std::string& text,
@@ -115,71 +162,49 @@ std::string format_line(const TranscribeOptions& o, const PendingFile& f, const 
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-// Decoding of one batch (greedy, or sampled with --temperature), printed in file order. Returns the
-// tokens generated.
-Result<size_t> run_batch(model::WhisperTranscriber& t, const TranscribeOptions& o,
-                         std::vector<PendingFile>& batch) {
-  std::vector<model::WhisperRequest> requests;
-  for (PendingFile& f : batch)
-    requests.push_back(std::move(f.request));
-  const model::WhisperGenerateOptions gopt{
-      .language = o.language, .task = o.task, .max_new_tokens = o.max_new_tokens};
-  KV_ASSIGN_OR_RETURN(auto results, model::whisper_generate(t.runner(), requests, gopt));
-  size_t generated = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const std::vector<int32_t>& tokens = results[i].tokens;
-    generated += tokens.size();
-    const std::string text = t.text(tokens);
-    fmt::print("{}\n", format_line(o, batch[i], text, tokens));
-  }
-  std::fflush(stdout);
-  batch.clear();
-  return generated;
-}
-
 int run_transcribe(TranscribeOptions o) {
   if (Status s = check_flags(o); !s.is_ok()) return fail(s);
   if (!resolve_model_path(o.model_path, "transcribe", kDemoWhisper)) return 2;
   auto loaded = load(o);
   if (!loaded.is_ok()) return fail(loaded.status());
-  model::WhisperTranscriber& t = **loaded;
-  KV_LOG_INFO(
-      "transcribe: {} ({} + {} layers) on {}, page size {}, {} encoder KV layout, {} attention, "
-      "batches of {}",
-      o.model_path, t.runner().config().encoder_layers, t.runner().config().decoder_layers,
-      o.device, o.page_size, o.encoder_kv_layout, t.runner().options().attention_backend,
-      o.max_running_requests);
+  engine::Engine& engine = *loaded->engine;
+  const model::WhisperFrontEnd& t = *loaded->front_end;
+  KV_LOG_INFO("transcribe: {}", engine.summary());
+  auto prompt = t.prompt(o.language, o.task);
+  if (!prompt.is_ok()) return fail(prompt.status());
 
+  // Every file is prepared and submitted at once; the engine runs up to --max-running-requests
+  // of them together and admits the next as each finishes.
   const auto t0 = std::chrono::steady_clock::now();
   size_t failed = 0;
-  size_t done = 0;
-  size_t generated = 0;
-  std::vector<PendingFile> batch;
-  const auto flush = [&]() -> Status {
-    done += batch.size();
-    KV_ASSIGN_OR_RETURN(const size_t n, run_batch(t, o, batch));
-    generated += n;
-    return Status::ok();
-  };
+  std::vector<PendingFile> pending;
   for (size_t i = 0; i < o.files.size(); ++i) {
-    auto f = prepare(t, o.files[i]);
-    if (!f.is_ok()) {
-      fmt::print(stderr, "kvserve transcribe: {}\n", f.status().message());
+    auto audio = t.prepare_file(o.files[i]);
+    if (!audio.is_ok()) {
+      fmt::print(stderr, "kvserve transcribe: {}\n", audio.status().message());
       ++failed;
       continue;
     }
-    f->request.temperature = o.temperature;
-    f->request.seed = o.seed + i;
-    batch.push_back(std::move(f).value());
-    if (batch.size() == static_cast<size_t>(o.max_running_requests)) {
-      if (Status s = flush(); !s.is_ok()) return fail(s);
-    }
+    engine::SubmitRequest request;
+    request.input_ids = *prompt;
+    request.sampling.temperature = o.temperature;  // 0: greedy
+    request.sampling.seed = o.seed + i;
+    request.sampling.max_new_tokens = o.max_new_tokens > 0 ? o.max_new_tokens : INT32_MAX;
+    request.encoder_input = std::make_shared<std::vector<float>>(std::move(audio->features));
+    auto stream = engine.submit(request);
+    if (!stream.is_ok()) return fail(stream.status());
+    pending.push_back({o.files[i], audio->seconds, *stream});
   }
-  if (!batch.empty()) {
-    if (Status s = flush(); !s.is_ok()) return fail(s);
+  size_t generated = 0;
+  for (const PendingFile& f : pending) {
+    auto tokens = wait_tokens(*f.stream);
+    if (!tokens.is_ok()) return fail(tokens.status());
+    generated += tokens->size();
+    fmt::print("{}\n", format_line(o, f, t.text(*tokens), *tokens));
   }
+  std::fflush(stdout);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  KV_LOG_INFO("transcribed {} files ({} tokens) in {:.3f} s", done, generated, secs);
+  KV_LOG_INFO("transcribed {} files ({} tokens) in {:.3f} s", pending.size(), generated, secs);
   if (failed > 0) {
     fmt::print(stderr, "kvserve transcribe: {} of {} files failed\n", failed, o.files.size());
     return 1;
@@ -207,7 +232,8 @@ Command add_transcribe_command(CLI::App& app) {
   cmd->add_option("--attention-backend", o->attention_backend,
                   "cpu or native (CPU), cuda-paged or cuda-ragged (CUDA); default: cpu on the CPU, "
                   "on CUDA cuda-paged for the aligned layout and cuda-ragged for the ragged one");
-  cmd->add_option("--max-running-requests", o->max_running_requests, "Files per batch")
+  cmd->add_option("--max-running-requests", o->max_running_requests,
+                  "Files decoded together (continuous batching)")
       ->capture_default_str();
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "0: until the model's max_length")
       ->capture_default_str();

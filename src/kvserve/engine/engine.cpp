@@ -9,8 +9,8 @@
 #include <random>
 
 #include "kvserve/core/logging.h"
-#include "kvserve/mem/chunk_cache.h"
-#include "kvserve/mem/radix_cache.h"
+#include "kvserve/mem/common.h"
+#include "kvserve/mem/host_kv_memory.h"
 
 namespace kvserve::engine {
 namespace {
@@ -45,7 +45,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   }
   KV_ASSIGN_OR_RETURN(e->runner_, model::ModelRunner::create(options.model_path, options.runner));
   e->config_ = e->runner_->config();
-  KV_ASSIGN_OR_RETURN(e->generation_config_, model::load_generation_config(options.model_path));
+  KV_ASSIGN_OR_RETURN(e->generation_config_,
+                      checkpoint::load_generation_config(options.model_path));
   if (auto tok = tokenizer::Tokenizer::from_directory(options.model_path); tok.is_ok()) {
     e->tokenizer_ = std::move(tok).value();
   } else if (tok.status().code() != StatusCode::kNotFound) {
@@ -61,19 +62,46 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     so.eos_token_ids = {*e->tokenizer_->eos_token_id()};
   }
   model::ModelRunner& r = *e->runner_;
-  if (options.disable_radix_cache) {
-    e->cache_ = std::make_unique<mem::ChunkCache>(r.req_to_token(), r.allocator());
-  } else {
-    e->cache_ = std::make_unique<mem::RadixCache>(r.req_to_token(), r.allocator(), eviction);
+  if (r.is_encoder_decoder()) {
+    // Whisper: eos from generation_config.json (ModelConfig's), the model's logit rules for every
+    // request, and nothing shared between requests (a ChunkCache); the scheduler lays out rows
+    // as [encoder region | decoder region] (mem::EncoderSplit).
+    const checkpoint::WhisperGenerationConfig& g = r.whisper_generation_config();
+    e->whisper_config_ = r.whisper_config();
+    e->whisper_generation_ = g;
+    so.eos_token_ids = e->config_.eos_token_ids;
+    so.encoder = mem::EncoderSplit{r.page_size(), r.encoder_kv_layout()};
+    auto rules = std::make_shared<LogitRules>(whisper_logit_rules(g));
+    if (!rules->empty()) e->model_logit_rules_ = std::move(rules);
+    e->encoder_input_size_ = r.encoder_input_size();
+    e->encoder_len_ = r.encoder_len();
+    e->encoder_reserved_ = r.encoder_reserved_len(e->encoder_len_);
+    // A request is admitted while its row and output budget stay below the free slots
+    // (PrefillAdder), so a pool of exactly one row would never admit one: one slot more.
+    const int64_t row =
+        mem::ceil_align(e->encoder_reserved_ + r.context_len() + 1, int64_t{r.page_size()});
+    if (r.max_total_tokens() < row) {
+      return invalid_argument(
+          "--max-total-tokens {}: one request's row ({} positions: the encoder region and the "
+          "decoder's {}) does not fit",
+          r.max_total_tokens(), row, r.context_len());
+    }
   }
-  e->scheduler_ = std::make_unique<Scheduler>(r, *e->cache_, e->tokenizer_.get(), so, &e->metrics_);
+  const bool chunk_cache = options.disable_radix_cache || r.is_encoder_decoder();
+  // The scheduler owns the host side of the KV memory; the runner its device side.
+  mem::HostKvMemory memory(
+      r.kv_shape(), chunk_cache ? mem::PrefixCacheKind::kChunk : mem::PrefixCacheKind::kRadix,
+      eviction);
+  e->scheduler_ =
+      std::make_unique<Scheduler>(r, std::move(memory), e->tokenizer_.get(), so, &e->metrics_);
   e->context_len_ = r.context_len();
   e->max_total_tokens_ = r.max_total_tokens();
   e->max_running_requests_ = r.max_running_requests();
+  e->attention_backend_ = std::string(r.backend().name());
   e->summary_ = fmt::format(
       "{}; chunked_prefill_size {}, max_prefill_tokens {}, schedule_policy {}, {} cache",
       r.summary(), so.chunked_prefill_size, so.max_prefill_tokens, schedule_policy_name(policy),
-      options.disable_radix_cache ? "chunk" : "radix");
+      chunk_cache ? "chunk" : "radix");
   e->status_.scheduler = e->scheduler_->stats();  // /get_server_info is right before any step
   e->dispatcher_ = std::make_unique<StreamDispatcher>();
   e->thread_ = std::thread([raw = e.get()] { raw->loop(); });
@@ -107,8 +135,22 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
       return invalid_argument("token id {} is outside the vocabulary (0..{})", id, vocab - 1);
     }
   }
-  // SGLang: max_req_len = min(context_len - 1, max_total_tokens - 1).
-  const int64_t max_req_len = std::min<int64_t>(context_len_ - 1, max_total_tokens_ - 1);
+  // SGLang: max_req_len = min(context_len - 1, max_total_tokens - 1). An encoder-decoder model's
+  // decoder context counts the prompt and every generated token (the last one is never fed back),
+  // within what the KV cache holds beside the encoder region: PrefillAdder admits a request only
+  // while its encoder region, prompt and output budget stay below the pool's size (a request
+  // that could never be admitted would wait forever).
+  const bool enc_dec = is_encoder_decoder();
+  const int64_t max_req_len =
+      enc_dec ? std::min<int64_t>(context_len_, max_total_tokens_ - encoder_reserved_ - 1)
+              : std::min<int64_t>(context_len_ - 1, max_total_tokens_ - 1);
+  if (request.encoder_input != nullptr) {
+    if (!enc_dec) return invalid_argument("an encoder input for a model without an encoder");
+    if (static_cast<int64_t>(request.encoder_input->size()) != encoder_input_size_) {
+      return invalid_argument("the encoder input has {} values; the encoder takes {}",
+                              request.encoder_input->size(), encoder_input_size_);
+    }
+  }
   if (static_cast<int64_t>(request.input_ids.size()) >= max_req_len) {
     if (!options_.allow_auto_truncate) {
       return invalid_argument(
@@ -135,6 +177,11 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
   req->logprob_start_len = sp.return_logprob && request.logprob_start_len >= 0
                                ? std::min<int32_t>(request.logprob_start_len, req->input_len() - 1)
                                : -1;
+  req->logit_rules = request.logit_rules != nullptr ? request.logit_rules : model_logit_rules_;
+  if (request.encoder_input != nullptr) {
+    req->encoder_input = request.encoder_input;
+    req->encoder_len = encoder_len_;
+  }
   req->arrival = Clock::now();
   req->stream = std::make_shared<RequestStream>();
   auto stream = req->stream;
@@ -213,7 +260,7 @@ void Engine::loop() {
           break;
         case Command::kFlush:
           if (scheduler_->idle()) {
-            cache_->reset();
+            scheduler_->cache().reset();
             c.done->set_value(Status::ok());
           } else {
             c.done->set_value(unavailable("cannot flush the cache while requests are running"));

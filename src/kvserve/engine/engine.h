@@ -12,12 +12,16 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "kvserve/checkpoint/config.h"
+#include "kvserve/checkpoint/whisper_config.h"
+#include "kvserve/engine/logit_rules.h"
 #include "kvserve/engine/metrics.h"
 #include "kvserve/engine/scheduler.h"
-#include "kvserve/model/config.h"
+#include "kvserve/model/model_runner.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::engine {
@@ -34,11 +38,17 @@ struct EngineOptions {
 };
 
 struct SubmitRequest {
-  std::vector<int32_t> input_ids;
+  std::vector<int32_t> input_ids;  // encoder-decoder models: the decoder's prompt
   SamplingParams sampling;
   std::vector<std::string> stop;   // stop strings
   int32_t logprob_start_len = -1;  // >= 0 with return_logprob: input token logprobs from here
   std::string rid;                 // empty: the engine makes one
+  // Encoder-decoder models: the encoder's input (Whisper: log-mel features [num_mel_bins,
+  // input_frames] row-major); null for a text-only request. Decoder-only models: null.
+  std::shared_ptr<const std::vector<float>> encoder_input;
+  // Rules for the raw logits before sampling; null: the model's (Whisper: its suppress and
+  // begin-suppress tokens), none for decoder-only models.
+  std::shared_ptr<const LogitRules> logit_rules;
 };
 
 struct EngineStatus {
@@ -59,8 +69,10 @@ class Engine {
   void shutdown();
 
   // kInvalidArgument (empty input, ids outside the vocabulary, prompt over the context unless
-  // allow_auto_truncate, prompt that can never fit the KV cache, bad sampling parameters).
-  // max_new_tokens is clipped to what the context leaves. The rid is set on `request`.
+  // allow_auto_truncate, prompt that can never fit the KV cache, bad sampling parameters, an
+  // encoder input of the wrong size or for a model without an encoder). max_new_tokens is clipped
+  // to what the context leaves (an encoder-decoder model's decoder context counts the prompt and
+  // every generated token, as transformers' max_length). The rid is set on `request`.
   Result<std::shared_ptr<RequestStream>> submit(SubmitRequest& request);
   // Aborts a request (client gone, or asked); its KV is freed within one scheduler step.
   void abort(const std::string& rid);
@@ -69,26 +81,40 @@ class Engine {
 
   EngineStatus status() const;
   std::string prometheus_metrics() const;
-  const model::ModelConfig& model_config() const { return config_; }
+  const checkpoint::ModelConfig& model_config() const { return config_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  const model::GenerationConfig& generation_config() const { return generation_config_; }
+  const checkpoint::GenerationConfig& generation_config() const { return generation_config_; }
+  // Encoder-decoder models (Whisper): their configs; null for decoder-only models. Immutable.
+  bool is_encoder_decoder() const { return whisper_config_.has_value(); }
+  const checkpoint::WhisperConfig* whisper_config() const {
+    return whisper_config_ ? &*whisper_config_ : nullptr;
+  }
+  const checkpoint::WhisperGenerationConfig* whisper_generation_config() const {
+    return whisper_generation_ ? &*whisper_generation_ : nullptr;
+  }
   const EngineOptions& options() const { return options_; }
   int32_t context_len() const { return context_len_; }
   int64_t max_total_tokens() const { return max_total_tokens_; }
   int32_t max_running_requests() const { return max_running_requests_; }
   std::string model_name() const;
   std::string summary() const { return summary_; }
+  const std::string& attention_backend() const { return attention_backend_; }
 
  private:
   Engine() = default;
   void loop();
 
   EngineOptions options_;
-  model::ModelConfig config_;
-  model::GenerationConfig generation_config_;
+  checkpoint::ModelConfig config_;
+  checkpoint::GenerationConfig generation_config_;
+  std::optional<checkpoint::WhisperConfig> whisper_config_;
+  std::optional<checkpoint::WhisperGenerationConfig> whisper_generation_;
+  std::shared_ptr<const LogitRules> model_logit_rules_;  // what requests get by default
+  int64_t encoder_input_size_ = 0;
+  int32_t encoder_len_ = 0;  // positions of one encoder output
+  int64_t encoder_reserved_ = 0;  // row positions its region takes (page / layout padding)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::ModelRunner> runner_;
-  std::unique_ptr<mem::PrefixCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<StreamDispatcher> dispatcher_;  // engine thread -> request streams
   Metrics metrics_;
@@ -96,6 +122,7 @@ class Engine {
   int64_t max_total_tokens_ = 0;
   int32_t max_running_requests_ = 0;
   std::string summary_;
+  std::string attention_backend_;
 
   // Inbox from other threads.
   struct Command {

@@ -4,7 +4,7 @@
 #include <random>
 
 #include "kvserve/engine/sampler.h"
-#include "kvserve/mem/allocation.h"
+#include "kvserve/mem/batch_lifecycle.h"
 
 namespace kvserve::engine {
 namespace {
@@ -72,7 +72,7 @@ void sample_into(Running& r, std::span<const float> logits, const GenerateOption
 
 }  // namespace
 
-Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::PrefixCache& cache,
+Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::HostKvMemory& host,
                                              std::span<const GenerateRequest> requests,
                                              const GenerateOptions& options) {
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -80,14 +80,14 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
   }
   std::vector<GenerateResult> results(requests.size());
   if (requests.empty()) return results;
-  const mem::KvMemory memory{runner.req_to_token(), runner.allocator(), cache};
+  const mem::KvMemory memory = host.view();
+  mem::PrefixCache& cache = host.cache();
   const int32_t vocab = runner.config().vocab_size;
   std::random_device entropy;
 
   // Admission: match each prompt's prefix (at most len - 1 tokens) and lock it.
   std::vector<Running> reqs(requests.size());
-  std::vector<mem::KvReqState*> states;
-  std::vector<int32_t> seq_lens;
+  std::vector<mem::BatchEntry> entries;
   for (size_t i = 0; i < requests.size(); ++i) {
     Running& r = reqs[i];
     r.request = &requests[i];
@@ -101,29 +101,31 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
     r.kv.last_node = m.last_node;
     r.kv.prefix_indices = std::move(m.indices);
     r.result->cached_tokens = r.kv.cache_protected_len;
-    states.push_back(&r.kv);
-    seq_lens.push_back(static_cast<int32_t>(r.tokens.size()));
+    entries.push_back(
+        {&r.kv, std::vector<int32_t>(r.tokens.begin() + r.kv.cache_protected_len, r.tokens.end())});
   }
-  std::vector<int32_t> out_cache_loc;
-  if (Status s = mem::alloc_for_extend(memory, states, seq_lens, out_cache_loc); !s.is_ok()) {
+  Result<mem::ForwardBatch> prefill = mem::prepare_extend(memory, entries);
+  if (!prefill.is_ok()) {
     for (Running& r : reqs)
       cache.dec_lock_ref(r.kv.last_node);
     return out_of_memory("the batch does not fit the KV cache ({} tokens): {}",
-                         runner.max_total_tokens(), s.message());
+                         runner.max_total_tokens(), prefill.status().message());
   }
 
   // Prefill.
-  std::vector<mem::ForwardRequest> fwd;
-  for (const Running& r : reqs) {
-    const int32_t prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
-    fwd.push_back(
-        {r.kv.row, prefix, std::vector<int32_t>(r.tokens.begin() + prefix, r.tokens.end())});
-  }
-  mem::ForwardBatch batch =
-      mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, std::move(out_cache_loc),
-                                runner.req_to_token(), runner.kv_pool());
+  mem::ForwardBatch batch = std::move(prefill).value();
   std::vector<float> logits;
-  runner.forward(batch, logits);
+  // A forward that fails (a device buffer that cannot grow) frees every request's KV, as running
+  // out of KV slots does.
+  auto release_all = [&] {
+    for (Running& r : reqs) {
+      if (r.kv.row != mem::kNoRow) mem::release_kv_cache(memory, r.kv, r.tokens, false);
+    }
+  };
+  if (Status s = runner.forward(batch, logits); !s.is_ok()) {
+    release_all();
+    return s;
+  }
   for (size_t i = 0; i < reqs.size(); ++i) {
     Running& r = reqs[i];
     if (r.request->sampling.max_new_tokens == 0) {
@@ -135,13 +137,12 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
   }
   // Finished requests give their KV to the cache; the others share their prompt now.
   auto retire_finished = [&] {
-    runner.allocator().free_group_begin();
+    const mem::FreeGroup group(host.allocator());
     for (Running& r : reqs) {
       if (r.done && r.kv.row != mem::kNoRow) {
         mem::release_kv_cache(memory, r.kv, r.tokens, /*insert=*/true);
       }
     }
-    runner.allocator().free_group_end();
   };
   retire_finished();
   for (Running& r : reqs) {
@@ -151,27 +152,24 @@ Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::Pr
   // Decode until every request stops.
   while (true) {
     std::vector<Running*> running;
+    entries.clear();
     for (Running& r : reqs) {
-      if (!r.done) running.push_back(&r);
+      if (r.done) continue;
+      running.push_back(&r);
+      entries.push_back({&r.kv, {r.tokens.back()}});
     }
     if (running.empty()) break;
-    std::vector<mem::KvReqState*> kvs;
-    for (Running* r : running)
-      kvs.push_back(&r->kv);
-    if (Status s = mem::alloc_for_decode(memory, kvs, out_cache_loc); !s.is_ok()) {
-      for (Running& r : reqs) {
-        if (r.kv.row != mem::kNoRow) mem::release_kv_cache(memory, r.kv, r.tokens, false);
-      }
+    Result<mem::ForwardBatch> step = mem::prepare_decode(memory, entries);
+    if (!step.is_ok()) {
+      release_all();
       return out_of_memory("out of KV cache during decode ({} tokens): {}",
-                           runner.max_total_tokens(), s.message());
+                           runner.max_total_tokens(), step.status().message());
     }
-    fwd.clear();
-    for (Running* r : running) {
-      fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->tokens.back()}});
+    batch = std::move(step).value();
+    if (Status s = runner.forward(batch, logits); !s.is_ok()) {
+      release_all();
+      return s;
     }
-    batch = mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, std::move(out_cache_loc),
-                                      runner.req_to_token(), runner.kv_pool());
-    runner.forward(batch, logits);
     for (size_t i = 0; i < running.size(); ++i) {
       sample_into(*running[i], std::span<const float>(logits).subspan(i * vocab, vocab), options);
     }

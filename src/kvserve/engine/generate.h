@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kvserve/engine/sampling_params.h"
-#include "kvserve/mem/prefix_cache.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/model_runner.h"
 
 namespace kvserve::engine {
@@ -35,8 +35,9 @@ struct GenerateOptions {
 
 // kInvalidArgument for a bad request (empty prompt, token id outside the vocabulary, prompt plus
 // max_new_tokens beyond the context, bad sampling parameters), kOutOfMemory when the batch does
-// not fit the KV cache. The prefix cache keeps what the requests computed.
-Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::PrefixCache& cache,
+// not fit the KV cache. `memory` is the host side of the runner's KV memory (of its kv_shape());
+// its prefix cache keeps what the requests computed.
+Result<std::vector<GenerateResult>> generate(model::ModelRunner& runner, mem::HostKvMemory& memory,
                                              std::span<const GenerateRequest> requests,
                                              const GenerateOptions& options = {});
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvserve/engine/logit_rules.h"
 #include "kvserve/engine/penalties.h"
 #include "kvserve/engine/request_stream.h"
 #include "kvserve/engine/sampling_params.h"
@@ -28,6 +29,18 @@ struct Req {
   // With penalties: the prompt's and output's token counts, built at the first sampling and
   // updated per generated token (so a step does not recount the prompt).
   std::optional<PenaltyCounts> penalties;
+  // Rules applied to the raw logits before sampling (logit_rules.h); null: none.
+  std::shared_ptr<const LogitRules> logit_rules;
+
+  // Encoder-decoder models: the encoder's input (Whisper: log-mel features), run as part of every
+  // prefill of the request (again after a retraction); null for a text-only request. Its row is
+  // [encoder region | decoder region]: the encoder output takes encoder_len positions (0 without
+  // input), the region encoder_reserved positions (the scheduler's EncoderSplit sets it at
+  // add_request), and origin_input_ids /
+  // output_ids are the decoder's tokens.
+  std::shared_ptr<const std::vector<float>> encoder_input;
+  int32_t encoder_len = 0;
+  int32_t encoder_reserved = 0;
 
   // This round: input + output tokens (truncated to the current chunk when chunked), and how many
   // of them the extend computes after the prefix.

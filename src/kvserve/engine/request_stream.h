@@ -13,25 +13,32 @@
 
 namespace kvserve::engine {
 
-enum class FinishKind { kNone, kStopToken, kStopString, kLength, kAbort };
+// kError: the engine failed the request (an expected failure such as a device buffer that could
+// not grow for its batch, not a bug); `message` says what, the server answers with an
+// OpenAI-style error (an SSE error chunk when streaming), and the engine keeps serving.
+enum class FinishKind { kNone, kStopToken, kStopString, kLength, kAbort, kError };
 
 struct FinishReason {
   FinishKind kind = FinishKind::kNone;
   int32_t matched_token = -1;
   std::string matched_string;
-  std::string message;  // for aborts: why
+  std::string message;  // for aborts and errors: why
 
-  // OpenAI's finish_reason: "stop", "length" or "abort".
+  // OpenAI's finish_reason: "stop", "length", "abort" or "error".
   const char* openai_name() const {
     switch (kind) {
       case FinishKind::kLength:
         return "length";
       case FinishKind::kAbort:
         return "abort";
+      case FinishKind::kError:
+        return "error";
       default:
         return "stop";
     }
   }
+  // Whether the request ended before it could finish (its KV is not worth caching).
+  bool cut_short() const { return kind == FinishKind::kAbort || kind == FinishKind::kError; }
 };
 
 struct StreamEvent {

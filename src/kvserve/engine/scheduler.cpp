@@ -8,7 +8,9 @@
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/prefill_adder.h"
 #include "kvserve/engine/sampler.h"
+#include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/mem/common.h"
+#include "kvserve/mem/encoder_layout.h"
 #include "kvserve/mem/invariants.h"
 
 namespace kvserve::engine {
@@ -34,12 +36,14 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
-Scheduler::Scheduler(model::ModelRunner& runner, mem::PrefixCache& cache,
+Scheduler::Scheduler(model::BatchRunner& runner, mem::HostKvMemory memory,
                      const tokenizer::Tokenizer* tokenizer, const SchedulerOptions& options,
                      Metrics* metrics)
     : runner_(runner),
-      cache_(cache),
-      memory_{runner.req_to_token(), runner.allocator(), cache},
+      kv_(std::move(memory)),
+      cache_(kv_.cache()),
+      memory_(kv_.view()),
+      encoder_decoder_(options.encoder.has_value()),
       tokenizer_(tokenizer),
       options_(options),
       metrics_(metrics),
@@ -55,6 +59,13 @@ Scheduler::~Scheduler() = default;
 
 void Scheduler::add_request(std::unique_ptr<Req> req) {
   Req* r = req.get();
+  KV_CHECK(encoder_decoder_ || (r->encoder_len == 0 && r->encoder_input == nullptr),
+           "an encoder input for a scheduler without an EncoderSplit");
+  r->encoder_reserved =
+      encoder_decoder_
+          ? mem::encoder_reserved_len(r->encoder_len, options_.encoder->page_size,
+                                      options_.encoder->layout)
+          : 0;
   reqs_[r->id] = std::move(req);
   waiting_.push_back(r);
 }
@@ -63,6 +74,14 @@ void Scheduler::add_request(std::unique_ptr<Req> req) {
 
 void Scheduler::init_next_round_input(Req& r) {
   r.fill_ids = r.all_ids();
+  if (encoder_decoder_) {
+    // The whole row, encoder region first; nothing is matched (a ChunkCache).
+    r.kv.prefix_indices.clear();
+    r.kv.last_node = cache_.match_prefix({}).last_node;
+    r.kv.cache_protected_len = 0;
+    r.extend_input_len = r.encoder_reserved + static_cast<int32_t>(r.fill_ids.size());
+    return;
+  }
   // At least one token is computed (for its logits); with input logprobs, the positions from
   // logprob_start_len on must be computed too.
   int64_t limit = static_cast<int64_t>(r.fill_ids.size()) - 1;
@@ -76,7 +95,7 @@ void Scheduler::init_next_round_input(Req& r) {
 }
 
 std::vector<Req*> Scheduler::get_new_batch_prefill() {
-  const int32_t max_running = runner_.max_running_requests();
+  const int32_t max_running = kv_.req_to_token().size();
   if (chunked_ == nullptr &&
       (waiting_.empty() || static_cast<int32_t>(running_.size()) >= max_running)) {
     return {};
@@ -84,10 +103,11 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
   double reservation = 0;
   for (const Req* r : running_)
     reservation += remaining_output_budget(*r) * new_token_ratio_;
-  const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0
+  // An encoder-decoder prefill (encoder region and prompt) is never chunked.
+  const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0 && !encoder_decoder_
                                            ? std::optional(options_.chunked_prefill_size)
                                            : std::nullopt;
-  PrefillAdder adder(runner_.page_size(), cache_, runner_.allocator(), reservation,
+  PrefillAdder adder(kv_.shape().page_size, cache_, kv_.allocator(), reservation,
                      options_.max_prefill_tokens, chunk);
   Req* const previous_chunk = chunked_;
   if (previous_chunk != nullptr) adder.add_chunked_req(*previous_chunk);
@@ -122,17 +142,26 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
 }
 
 void Scheduler::run_extend(const std::vector<Req*>& batch) {
-  std::vector<mem::KvReqState*> kvs;
+  std::vector<mem::BatchEntry> entries;
   std::vector<int32_t> seq_lens;
+  std::vector<std::span<const float>> encoder_inputs;
   for (Req* r : batch) {
-    kvs.push_back(&r->kv);
-    seq_lens.push_back(static_cast<int32_t>(r->kv.prefix_indices.size()) + r->extend_input_len);
+    const auto prefix = static_cast<int32_t>(r->kv.prefix_indices.size());
+    // In the decoder's coordinates: an encoder-decoder row's extend also covers its encoder
+    // region (encoder_reserved positions ahead of the prompt; prepare_extend lays it out).
+    const int32_t seq = prefix + r->extend_input_len - r->encoder_reserved;
+    seq_lens.push_back(seq);
+    entries.push_back({&r->kv,
+                       std::vector<int32_t>(r->fill_ids.begin() + prefix, r->fill_ids.begin() + seq),
+                       r->encoder_len});
+    // The encoder runs again on every prefill of the request (after a retraction too).
+    if (r->encoder_len > 0) encoder_inputs.emplace_back(*r->encoder_input);
   }
-  std::vector<int32_t> loc;
-  if (Status s = mem::alloc_for_extend(memory_, kvs, seq_lens, loc); !s.is_ok()) {
+  Result<mem::ForwardBatch> prepared = mem::prepare_extend(memory_, entries, options_.encoder);
+  if (!prepared.is_ok()) {
     // The budgets should make this unreachable; put the batch back rather than crash.
     KV_LOG_WARN("prefill of {} requests did not fit after budgeting: {}", batch.size(),
-                s.message());
+                prepared.status().message());
     for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
       Req* r = *it;
       if (r->kv.row == mem::kNoRow) {
@@ -143,19 +172,20 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     return;
   }
+  mem::ForwardBatch fb = std::move(prepared).value();
   ++prefill_batches_;
+  // The encoder's inputs, one per request whose encoder region this forward stores (in the order
+  // of fb.encoder_out_cache_loc): the runner runs the encoder first.
+  fb.encoder_inputs = std::move(encoder_inputs);
   // Which rows need logits: input logprobs (positions whose next token is still input) and the
   // last position of a complete prompt (its first sampled token).
-  std::vector<mem::ForwardRequest> fwd;
   std::vector<std::vector<int32_t>> rows_of(batch.size());
   std::vector<int32_t> logits_rows;
   int32_t start = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
-    const auto prefix = static_cast<int32_t>(r.kv.prefix_indices.size());
-    const int32_t seq = seq_lens[i];
-    fwd.push_back({r.kv.row, prefix,
-                   std::vector<int32_t>(r.fill_ids.begin() + prefix, r.fill_ids.begin() + seq)});
+    const int32_t prefix = fb.prefix_lens[i];
+    const int32_t seq = seq_lens[i];  // decoder positions (fb.seq_lens[i])
     for (int32_t p = prefix; p < seq; ++p) {
       const bool input_logprob = r.logprob_start_len >= 0 && p >= r.logprob_start_len &&
                                  p + 1 < r.input_len() && r.output_ids.empty();
@@ -167,8 +197,6 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     start += seq - prefix;
   }
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kExtend, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
   fb.logits_indices = logits_rows;
   // On a device, when every logits row is a sampled one (no input logprobs), the rows are sampled
   // there and only the tokens come back. sampled_of[i]: request i's row in sampled_ (or -1).
@@ -180,13 +208,11 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
       sampled_reqs.push_back(batch[i]);
     }
   }
-  const bool on_device = sampled_reqs.size() == logits_rows.size() && device_sampling();
-  if (on_device) {
-    timed_forward_sample(fb, sampled_reqs);
-  } else {
-    timed_forward(fb);
-  }
-  const int32_t vocab = runner_.config().vocab_size;
+  const bool on_device =
+      sampled_reqs.size() == logits_rows.size() && device_sampling() && !host_sampling(batch);
+  const Status forwarded = on_device ? timed_forward_sample(fb, sampled_reqs) : timed_forward(fb);
+  if (!forwarded.is_ok()) return fail_batch(batch, forwarded);
+  const int32_t vocab = runner_.vocab_size();
   auto row = [&](int32_t k) {
     return std::span<const float>(logits_).subspan(size_t(k) * vocab, vocab);
   };
@@ -213,7 +239,8 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     if (r.finished()) {
       finish_and_release(r);
     } else {
-      cache_.cache_unfinished_req(r.kv, r.fill_ids);
+      // An encoder-decoder row shares nothing, and its positions are not fill_ids'.
+      if (!encoder_decoder_) cache_.cache_unfinished_req(r.kv, r.fill_ids);
       running_.push_back(&r);
     }
   }
@@ -237,12 +264,12 @@ bool Scheduler::ensure_decode_memory() {
     std::vector<int32_t> lens;
     for (const Req* r : running_)
       lens.push_back(r->kv.kv_allocated_len + 1);
-    return runner_.allocator().decode_slots_needed(lens);
+    return kv_.allocator().decode_slots_needed(lens);
   };
   mem::evict_from_tree_cache(memory_, needed());
-  if (runner_.allocator().available_size() >= needed()) return true;
+  if (kv_.allocator().available_size() >= needed()) return true;
   // Retract until the step fits: fewest generated tokens first, then the longest prompt.
-  while (running_.size() > 1 && runner_.allocator().available_size() < needed()) {
+  while (running_.size() > 1 && kv_.allocator().available_size() < needed()) {
     Req* victim =
         *std::min_element(running_.begin(), running_.end(), [](const Req* a, const Req* b) {
           return std::pair(a->output_len(), -a->input_len()) <
@@ -263,7 +290,7 @@ bool Scheduler::ensure_decode_memory() {
           static_cast<double>(max_new + 1));
   KV_LOG_INFO("KV cache full: retracted requests; {} still running, new_token_ratio {:.3f}",
               running_.size(), new_token_ratio_);
-  return runner_.allocator().available_size() >= needed();
+  return kv_.allocator().available_size() >= needed();
 }
 
 void Scheduler::run_decode() {
@@ -271,8 +298,8 @@ void Scheduler::run_decode() {
     std::vector<int32_t> lens;
     for (const Req* r : running_)
       lens.push_back(r->kv.kv_allocated_len + 1);
-    const int64_t need = runner_.allocator().decode_slots_needed(lens);
-    return runner_.allocator().available_size() + cache_.evictable_size() >= need;
+    const int64_t need = kv_.allocator().decode_slots_needed(lens);
+    return kv_.allocator().available_size() + cache_.evictable_size() >= need;
   }();
   if (!ensure_decode_memory()) {
     // One request that cannot grow even alone: it was admitted, so this is a bug; fail it.
@@ -283,37 +310,32 @@ void Scheduler::run_decode() {
   }
   if (had_room)
     new_token_ratio_ = std::max(new_token_ratio_ - new_token_ratio_decay_, min_new_token_ratio_);
-  std::vector<mem::KvReqState*> kvs;
+  std::vector<mem::BatchEntry> entries;
   for (Req* r : running_)
-    kvs.push_back(&r->kv);
-  std::vector<int32_t> loc;
-  const Status s = mem::alloc_for_decode(memory_, kvs, loc);
-  KV_CHECK(s.is_ok(), "decode allocation after the memory check: {}", s.to_string());
+    entries.push_back({&r->kv, {r->output_ids.back()}, r->encoder_len});
+  Result<mem::ForwardBatch> prepared = mem::prepare_decode(memory_, entries, options_.encoder);
+  KV_CHECK(prepared.is_ok(), "decode allocation after the memory check: {}",
+           prepared.status().to_string());
+  mem::ForwardBatch fb = std::move(prepared).value();
   ++decode_steps_;
-  std::vector<mem::ForwardRequest> fwd;
-  for (Req* r : running_)
-    fwd.push_back({r->kv.row, r->kv.kv_allocated_len - 1, {r->output_ids.back()}});
-  mem::ForwardBatch fb = mem::make_forward_batch(
-      mem::ForwardMode::kDecode, fwd, std::move(loc), runner_.req_to_token(), runner_.kv_pool());
   // When every request decodes greedily and reads nothing else from its logits, the argmax is
   // taken on the device and only the ids come back (a 64 x 128k logits copy and host scan cost
   // more than the forward on a GPU).
   // Otherwise, on a device, the batch is sampled there by one launch (greedy rows are argmax rows
   // of it), and again only the ids (and chosen-token logprobs) come back, plus the raw logits rows
   // of the requests whose logprobs need them (top-N; a penalized row's chosen-token logprob).
-  const bool device_greedy = std::all_of(running_.begin(), running_.end(),
-                                         [](const Req* r) { return r->sampling.device_greedy(); });
-  const bool device_sample = !device_greedy && device_sampling();
-  if (device_greedy) {
-    timed_forward_greedy(fb);
-  } else if (device_sample) {
-    timed_forward_sample(fb, running_);
-  } else {
-    timed_forward(fb);
-  }
-  const int32_t vocab = runner_.config().vocab_size;
+  const bool host = host_sampling(running_);
+  const bool device_greedy =
+      !host && std::all_of(running_.begin(), running_.end(),
+                           [](const Req* r) { return r->sampling.device_greedy(); });
+  const bool device_sample = !host && !device_greedy && device_sampling();
+  const Status forwarded = device_greedy   ? timed_forward_greedy(fb)
+                           : device_sample ? timed_forward_sample(fb, running_)
+                                           : timed_forward(fb);
   const std::vector<Req*> batch = running_;
-  runner_.allocator().free_group_begin();
+  if (!forwarded.is_ok()) return fail_batch(batch, forwarded);
+  const int32_t vocab = runner_.vocab_size();
+  const mem::FreeGroup group(kv_.allocator());  // finished requests' slots freed as one group
   for (size_t i = 0; i < batch.size(); ++i) {
     Req& r = *batch[i];
     if (device_greedy) {
@@ -327,29 +349,48 @@ void Scheduler::run_decode() {
     }
     if (r.finished()) finish_and_release(r);
   }
-  runner_.allocator().free_group_end();
+}
+
+void Scheduler::fail_batch(const std::vector<Req*>& batch, const Status& why) {
+  KV_LOG_WARN("the forward of a batch of {} requests failed ({}); failing them, serving on",
+              batch.size(), why.to_string());
+  ++failed_batches_;
+  const mem::FreeGroup group(kv_.allocator());
+  for (Req* r : batch) {
+    r->finish = {FinishKind::kError, -1, "",
+                 fmt::format("the request's batch could not run: {}", why.message())};
+    emit(*r, StreamEvent{});
+    finish_and_release(*r);  // its KV slots hold nothing usable: freed, not cached
+  }
 }
 
 // --- results -------------------------------------------------------------------------------
 
-void Scheduler::timed_forward(mem::ForwardBatch& batch) {
+Status Scheduler::timed_forward(mem::ForwardBatch& batch) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
-  runner_.forward(batch, logits_);
+  const Status s = runner_.forward(batch, logits_);
   time_.forward_seconds += seconds(Clock::now() - start);
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+  return s;
 }
 
-void Scheduler::timed_forward_greedy(mem::ForwardBatch& batch) {
+Status Scheduler::timed_forward_greedy(mem::ForwardBatch& batch) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
-  runner_.forward_greedy(batch, greedy_tokens_);
+  const Status s = runner_.forward_greedy(batch, greedy_tokens_);
   time_.forward_seconds += seconds(Clock::now() - start);
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+  return s;
 }
 
 bool Scheduler::device_sampling() const {
-  return !runner_.platform().device().is_cpu();
+  return runner_.samples_on_device();
+}
+
+bool Scheduler::host_sampling(const std::vector<Req*>& reqs) const {
+  return encoder_decoder_ ||
+         std::any_of(reqs.begin(), reqs.end(), [](const Req* r) { return r->logit_rules; });
 }
 
 std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
@@ -358,7 +399,7 @@ std::span<const ops::PenaltyEntry> Scheduler::penalty_entries(Req& r) {
   return r.penalties->entries();
 }
 
-void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs) {
+Status Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs) {
   const Clock::time_point start = Clock::now();
   const double cpu_start = thread_cpu_seconds();
   sample_rows_.clear();
@@ -382,14 +423,19 @@ void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector
     in.penalty_entries = penalty_csr_.entries;
   }
   in.raw_rows = raw_rows_;
-  runner_.forward_sample(batch, in, greedy_tokens_, logprobs ? &sampled_logprobs_ : nullptr,
-                         &raw_logits_);
+  const Status s = runner_.forward_sample(batch, in, greedy_tokens_,
+                                          logprobs ? &sampled_logprobs_ : nullptr, &raw_logits_);
+  if (!s.is_ok()) {
+    time_.forward_seconds += seconds(Clock::now() - start);
+    time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+    return s;
+  }
   sampled_.assign(reqs.size(), SampledToken{});
   for (size_t i = 0; i < reqs.size(); ++i) {
     sampled_[i].token = greedy_tokens_[i];
     if (logprobs) sampled_[i].logprob = sampled_logprobs_[i];
   }
-  const auto vocab = static_cast<size_t>(runner_.config().vocab_size);
+  const auto vocab = static_cast<size_t>(runner_.vocab_size());
   for (size_t j = 0; j < raw_rows_.size(); ++j) {
     const int32_t i = raw_rows_[j];
     fill_logprobs(sampled_[i], std::span<const float>(raw_logits_).subspan(j * vocab, vocab),
@@ -397,16 +443,30 @@ void Scheduler::timed_forward_sample(mem::ForwardBatch& batch, const std::vector
   }
   time_.forward_seconds += seconds(Clock::now() - start);
   time_.forward_cpu_seconds += thread_cpu_seconds() - cpu_start;
+  return Status::ok();
 }
 
 void Scheduler::accept_token(Req& r, std::span<const float> logits) {
   const Clock::time_point start = Clock::now();
+  if (r.logit_rules) {
+    ruled_logits_.assign(logits.begin(), logits.end());
+    r.logit_rules->apply(ruled_logits_, r.output_len());
+    logits = ruled_logits_;
+  }
   const SampledToken t = sample(logits, r.sampling, penalty_entries(r), r.seed, r.output_len());
   time_.sample_seconds += seconds(Clock::now() - start);
   accept_sampled(r, t);
 }
 
 void Scheduler::accept_sampled(Req& r, const SampledToken& t) {
+  if (r.sampling.max_new_tokens == 0) {
+    // SGLang's prompt scoring: the prefill ran (for the prompt's logprobs); no token is kept.
+    r.finish = {FinishKind::kLength, -1, "", ""};
+    StreamEvent e;
+    e.input_logprobs = r.input_logprobs;
+    emit(r, std::move(e));
+    return;
+  }
   r.output_ids.push_back(t.token);
   if (r.penalties) r.penalties->add_output(t.token);
   const Clock::time_point now = Clock::now();
@@ -481,13 +541,13 @@ StreamOutputs Scheduler::take_outputs() {
 }
 
 void Scheduler::finish_and_release(Req& r) {
+  // Between steps only a request with a row holds a prefix lock: a waiting request's match
+  // (init_next_round_input) is locked only once PrefillAdder admits it, in the step that
+  // allocates its row.
   if (r.kv.row != mem::kNoRow) {
-    mem::release_kv_cache(memory_, r.kv, r.all_ids(), r.finish.kind != FinishKind::kAbort);
-  } else if (r.kv.last_node != nullptr) {
-    cache_.dec_lock_ref(r.kv.last_node);
+    mem::release_kv_cache(memory_, r.kv, r.all_ids(), !r.finish.cut_short());
   }
-  if (metrics_)
-    metrics_->on_finished(seconds(Clock::now() - r.arrival), r.finish.kind == FinishKind::kAbort);
+  if (metrics_) metrics_->on_finished(seconds(Clock::now() - r.arrival), r.finish.cut_short());
   forget(&r);
 }
 
@@ -553,6 +613,13 @@ bool Scheduler::step() {
   return true;
 }
 
+Status Scheduler::check_memory_invariants() const {
+  std::vector<const mem::KvReqState*> live;
+  for (const auto& [id, r] : reqs_)
+    live.push_back(&r->kv);
+  return mem::check_memory_invariants(memory_, live);
+}
+
 Status Scheduler::check_idle_invariants() const {
   mem::MemoryReport report;
   KV_RETURN_IF_ERROR(mem::check_memory_invariants(memory_, {}, &report));
@@ -566,14 +633,15 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.running = static_cast<int32_t>(running_.size()) + (chunked_ != nullptr);
   s.waiting = static_cast<int32_t>(waiting_.size());
-  s.total_tokens = runner_.allocator().size();
-  s.available_tokens = runner_.allocator().available_size();
+  s.total_tokens = kv_.allocator().size();
+  s.available_tokens = kv_.allocator().available_size();
   s.evictable_tokens = cache_.evictable_size();
   s.used_tokens = s.total_tokens - s.available_tokens - s.evictable_tokens;
   s.new_token_ratio = new_token_ratio_;
   s.retractions = retractions_;
   s.prefill_batches = prefill_batches_;
   s.decode_steps = decode_steps_;
+  s.failed_batches = failed_batches_;
   s.step_seconds = time_.step_seconds;
   s.forward_seconds = time_.forward_seconds;
   s.sample_seconds = time_.sample_seconds;

@@ -1,4 +1,8 @@
-// Scheduler: continuous batching over one ModelRunner (sglang-notes §5). Engine-thread only.
+// Scheduler: continuous batching over one model runner (sglang-notes §5). Engine-thread only.
+//
+// It owns the host side of the KV memory (mem::HostKvMemory: request-to-token table, slot
+// allocator, prefix cache) and depends on the runner only through model::BatchRunner: it builds
+// each batch (mem/batch_lifecycle.h) and hands it over; nothing downstream writes its tables.
 //
 // Each step either runs a prefill batch (prefill has priority) or one decode step of every
 // running request:
@@ -11,12 +15,25 @@
 //            retracted (fewest outputs first, then longest prompt): their KV is freed and they
 //            go back to the waiting queue to recompute input + output; new_token_ratio rises,
 //            then decays back while memory suffices.
-// Finished requests (stop token, stop string, length, abort) give their KV to the prefix cache.
+// Finished requests (stop token, stop string, length) give their KV to the prefix cache; aborted
+// ones free it. A forward that fails with an expected error (a device buffer that cannot grow)
+// fails the requests of its batch (FinishKind::kError, KV freed) and the next step goes on.
+//
+// Encoder-decoder models (SchedulerOptions::encoder set; Whisper): a request's prefill takes its
+// whole row, [encoder region | prompt + output so far], laid out by mem::prepare_extend with the
+// EncoderSplit; the batch carries the request's encoder input (ForwardBatch::encoder_inputs) and
+// the runner runs the encoder on it as part of that forward, storing its cross-attention K/V once
+// in the encoder region. Such a prefill is never chunked and shares nothing (the engine gives
+// these models a ChunkCache); decode steps (mem::prepare_decode with the same split) batch
+// continuously across requests as for decoder-only models, a failed forward fails its batch as
+// for any other, and a retracted request recomputes its encoder on readmission. Requests with
+// logit rules (logit_rules.h) sample on the host.
 #pragma once
 
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -28,7 +45,9 @@
 #include "kvserve/engine/schedule_policy.h"
 #include "kvserve/engine/stream_dispatcher.h"
 #include "kvserve/mem/allocation.h"
-#include "kvserve/model/model_runner.h"
+#include "kvserve/mem/batch_lifecycle.h"
+#include "kvserve/mem/host_kv_memory.h"
+#include "kvserve/model/batch_runner.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::engine {
@@ -40,6 +59,9 @@ struct SchedulerOptions {
   double schedule_conservativeness = 1.0;
   std::vector<int32_t> eos_token_ids;
   uint64_t seed = 42;  // for the random policy
+  // Encoder-decoder models: how rows lay out their encoder regions (the runner's page size and
+  // encoder KV layout); nullopt for decoder-only models.
+  std::optional<mem::EncoderSplit> encoder;
 };
 
 struct SchedulerStats {
@@ -53,6 +75,9 @@ struct SchedulerStats {
   int64_t retractions = 0;
   int64_t prefill_batches = 0;
   int64_t decode_steps = 0;
+  // Batches whose forward failed (an expected failure, e.g. a device buffer that could not grow):
+  // their requests finished with FinishKind::kError and their memory was freed.
+  int64_t failed_batches = 0;
   // Where the engine thread's time goes (seconds, cumulative): whole steps (batch selection,
   // memory, forward, sampling, stop checks, streaming out), the model forward, and sampling.
   // step - forward - sample is the scheduler's own overhead.
@@ -72,7 +97,8 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(model::ModelRunner& runner, mem::PrefixCache& cache,
+  // `memory` is the host side of `runner`'s KV memory (of its shape: ModelRunner::kv_shape).
+  Scheduler(model::BatchRunner& runner, mem::HostKvMemory memory,
             const tokenizer::Tokenizer* tokenizer, const SchedulerOptions& options,
             Metrics* metrics);
   ~Scheduler();
@@ -87,8 +113,11 @@ class Scheduler {
   bool idle() const { return waiting_.empty() && running_.empty() && chunked_ == nullptr; }
   // The memory invariants with no request alive (only meaningful when idle).
   Status check_idle_invariants() const;
+  // The memory invariants over every request alive now (tests run it after every step).
+  Status check_memory_invariants() const;
   SchedulerStats stats() const;
-  mem::PrefixCache& cache() { return cache_; }
+  mem::PrefixCache& cache() { return kv_.cache(); }
+  const mem::HostKvMemory& memory() const { return kv_; }
   // The stream events produced since the last call (by steps and aborts), in order; the engine
   // hands them to its StreamDispatcher once per step.
   StreamOutputs take_outputs();
@@ -100,16 +129,24 @@ class Scheduler {
   bool ensure_decode_memory();
   void retract(Req* r);
   void init_next_round_input(Req& r);
-  void timed_forward(mem::ForwardBatch& batch);  // runner_.forward into logits_, timed
+  // A forward that failed (Status from the runner): every request of `batch` finishes with
+  // FinishKind::kError naming `why`, its KV and row are freed (not cached), and the scheduler goes
+  // on with the others.
+  void fail_batch(const std::vector<Req*>& batch, const Status& why);
+  // Whether `reqs` sample on the host whatever the device: an encoder-decoder model (its logits
+  // come to the host) or a request with logit rules.
+  bool host_sampling(const std::vector<Req*>& reqs) const;
+  // runner_.forward into logits_ (the encoder first on batch.encoder_inputs), timed
+  Status timed_forward(mem::ForwardBatch& batch);
   // runner_.forward_greedy into greedy_tokens_ (argmax on the device), timed as a forward
-  void timed_forward_greedy(mem::ForwardBatch& batch);
-  // Whether batches sample on the device (device platforms): every row's token is drawn there;
-  // the rows whose logprobs need their raw logits (top-N logprobs, a penalized row's chosen-token
-  // logprob: needs_raw_logits) come back to the host alone, not the whole batch.
+  Status timed_forward_greedy(mem::ForwardBatch& batch);
+  // Whether batches sample on the device (BatchRunner::samples_on_device): every row's token is
+  // drawn there; the rows whose logprobs need their raw logits (top-N logprobs, a penalized row's
+  // chosen-token logprob: needs_raw_logits) come back to the host alone, not the whole batch.
   bool device_sampling() const;
   // runner_.forward_sample for `reqs` (row i samples reqs[i]) into sampled_, timed as a forward;
   // the raw rows' logprobs are filled on the host (fill_logprobs).
-  void timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs);
+  Status timed_forward_sample(mem::ForwardBatch& batch, const std::vector<Req*>& reqs);
   std::span<const ops::PenaltyEntry> penalty_entries(Req& r);
   void accept_token(Req& r, std::span<const float> logits);  // sample, then accept_sampled
   void accept_sampled(Req& r, const SampledToken& t);
@@ -118,9 +155,11 @@ class Scheduler {
   void finish_and_release(Req& r);
   void forget(Req* r);
 
-  model::ModelRunner& runner_;
-  mem::PrefixCache& cache_;
-  mem::KvMemory memory_;
+  model::BatchRunner& runner_;
+  mem::HostKvMemory kv_;
+  mem::PrefixCache& cache_;  // kv_'s
+  mem::KvMemory memory_;     // kv_'s view
+  const bool encoder_decoder_;  // options_.encoder is set
   const tokenizer::Tokenizer* tokenizer_;
   SchedulerOptions options_;
   Metrics* metrics_;
@@ -138,8 +177,10 @@ class Scheduler {
   int64_t retractions_ = 0;
   int64_t prefill_batches_ = 0;
   int64_t decode_steps_ = 0;
+  int64_t failed_batches_ = 0;
   SchedulerStats time_;  // only the *_seconds fields are used
   std::vector<float> logits_;
+  std::vector<float> ruled_logits_;  // a row with its request's logit rules applied
   std::vector<int32_t> greedy_tokens_;
   // forward_sample's inputs and outputs, reused every step.
   std::vector<ops::SampleRowParams> sample_rows_;

@@ -5,12 +5,13 @@
 namespace kvserve::mem {
 
 Result<std::unique_ptr<DeviceReqToToken>> DeviceReqToToken::create(platform::Platform& platform,
-                                                                   ReqToTokenPool& host) {
-  const size_t bytes = static_cast<size_t>(host.size() + 1) *
-                       static_cast<size_t>(host.max_context_len()) * sizeof(int32_t);
+                                                                   int32_t rows, int32_t stride) {
+  KV_CHECK(rows >= 1 && stride >= 1, "a mirror of {} rows of {} positions", rows, stride);
+  const size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(stride) * sizeof(int32_t);
   KV_ASSIGN_OR_RETURN(Buffer buffer, platform.allocate_buffer(bytes));
   platform.memset(buffer.data(), 0, bytes);
-  return std::unique_ptr<DeviceReqToToken>(new DeviceReqToToken(platform, host, std::move(buffer)));
+  return std::unique_ptr<DeviceReqToToken>(
+      new DeviceReqToToken(platform, rows, stride, std::move(buffer)));
 }
 
 std::vector<int32_t> DeviceReqToToken::read_row(int32_t row, int32_t len) const {

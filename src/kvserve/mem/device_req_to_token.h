@@ -1,9 +1,10 @@
 // DeviceReqToToken: the device mirror of the request-to-token table (seed 000's req_to_token
 // tensor lives on the GPU; ours is authoritative on the host, req_to_token_pool.h).
 //
-// [size + 1, max_context_len] int32 in the platform's memory, next to the host ReqToTokenPool it
-// mirrors. The scheduler and the prefix cache keep reading and writing the host rows; every
-// forward writes into the mirror what it adds (and an extend its whole prefix, so the mirror never
+// [size + 1, max_context_len] int32 in the platform's memory, the shape of the host ReqToTokenPool
+// it mirrors. The runner owns it; the scheduler owns the host table, and the prefix cache keeps
+// reading and writing the host rows. Every forward writes into the mirror what its batch carries
+// (its new slots and ForwardBatch::row_rewrites: an extend's whole prefix, so the mirror never
 // depends on history: prefix reuse, chunked continuation, retraction and re-admission stay
 // correct), with ops::write_req_to_token on the forward's stream before any kernel reads it. The
 // attention backends then build page lists and slot lists from the mirror on the device
@@ -26,28 +27,37 @@ namespace kvserve::mem {
 
 class DeviceReqToToken {
  public:
-  // Allocates the mirror of `host` on `platform`, zero-filled (row 0, the padding row, stays the
-  // host's zeros until a padded decode writes slot 0 at its position 0).
+  // Allocates a mirror of `rows` rows (the padding row included) of `stride` positions on
+  // `platform`, zero-filled (row 0, the padding row, stays zeros until a padded decode writes slot
+  // 0 at its position 0).
   static Result<std::unique_ptr<DeviceReqToToken>> create(platform::Platform& platform,
-                                                          ReqToTokenPool& host);
+                                                          int32_t rows, int32_t stride);
+  // The mirror of a table of `host`'s shape (nothing of `host` is kept).
+  static Result<std::unique_ptr<DeviceReqToToken>> create(platform::Platform& platform,
+                                                          const ReqToTokenPool& host) {
+    return create(platform, host.size() + 1, host.max_context_len());
+  }
 
-  ReqToTokenPool& host() { return host_; }
-  const ReqToTokenPool& host() const { return host_; }
+  // Whether this mirrors a table of `host`'s shape.
+  bool mirrors(const ReqToTokenPool& host) const {
+    return rows_ == host.size() + 1 && stride_ == host.max_context_len();
+  }
   int32_t* data() { return buffer_.data_as<int32_t>(); }
   const int32_t* data() const { return buffer_.data_as<const int32_t>(); }
-  int32_t rows() const { return host_.size() + 1; }
-  int64_t stride() const { return host_.max_context_len(); }
+  int32_t rows() const { return rows_; }
+  int64_t stride() const { return stride_; }
   size_t bytes() const { return buffer_.bytes(); }
 
   // Tests and checks: row `row`, positions [0, len), copied back (synchronizes the platform).
   std::vector<int32_t> read_row(int32_t row, int32_t len) const;
 
  private:
-  DeviceReqToToken(platform::Platform& platform, ReqToTokenPool& host, Buffer buffer)
-      : platform_(platform), host_(host), buffer_(std::move(buffer)) {}
+  DeviceReqToToken(platform::Platform& platform, int32_t rows, int32_t stride, Buffer buffer)
+      : platform_(platform), rows_(rows), stride_(stride), buffer_(std::move(buffer)) {}
 
   platform::Platform& platform_;
-  ReqToTokenPool& host_;
+  int32_t rows_;
+  int32_t stride_;
   Buffer buffer_;
 };
 

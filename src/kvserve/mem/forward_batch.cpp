@@ -32,14 +32,30 @@ DeviceBatchInts upload_batch_ints(platform::Platform& platform, const ForwardBat
 
 ForwardBatch make_forward_batch(ForwardMode mode, const std::vector<ForwardRequest>& requests,
                                 std::vector<int32_t> out_cache_loc,
-                                const mem::ReqToTokenPool& req_to_token,
-                                mem::MHATokenToKVPool& kv_pool) {
+                                mem::ReqToTokenPool& req_to_token) {
   ForwardBatch b;
   b.mode = mode;
   b.req_to_token = &req_to_token;
-  b.kv_pool = &kv_pool;
+  const bool any_kv_start = std::any_of(requests.begin(), requests.end(),
+                                        [](const ForwardRequest& r) { return r.kv_start != 0; });
+  ForwardBatch::RowRewrites& rw = b.row_rewrites;
+  rw.indptr.push_back(0);
   int32_t start = 0;
   for (const ForwardRequest& r : requests) {
+    if (any_kv_start) b.self_kv_start.push_back(r.kv_start);
+    // The mirror's copy of the host row below the first new position (row coordinates).
+    const int32_t first_new = r.kv_start + r.prefix_len;
+    const ReqToTokenPool::WrittenRange written = req_to_token.take_written(r.row);
+    int32_t begin = 0;
+    int32_t end = first_new;
+    if (mode == ForwardMode::kDecode) {
+      begin = written.begin;
+      end = std::max(begin, written.empty() ? begin : std::min(written.end, first_new));
+    }
+    const auto part = req_to_token.row(r.row, begin, end - begin);
+    rw.start.push_back(begin);
+    rw.slots.insert(rw.slots.end(), part.begin(), part.end());
+    rw.indptr.push_back(static_cast<int32_t>(rw.slots.size()));
     const auto n = static_cast<int32_t>(r.new_token_ids.size());
     KV_CHECK_GE(n, 1, "a request computes at least one token");
     KV_CHECK(mode == ForwardMode::kExtend || n == 1, "decode computes one token per request");
@@ -58,6 +74,12 @@ ForwardBatch make_forward_batch(ForwardMode mode, const std::vector<ForwardReque
   KV_CHECK_EQ(out_cache_loc.size(), b.input_ids.size(), "one slot per new token");
   b.out_cache_loc = std::move(out_cache_loc);
   return b;
+}
+
+void pad_row_rewrites(ForwardBatch::RowRewrites& rewrites, int32_t count) {
+  if (rewrites.indptr.empty()) rewrites.indptr.push_back(0);
+  rewrites.start.insert(rewrites.start.end(), static_cast<size_t>(count), 0);
+  rewrites.indptr.insert(rewrites.indptr.end(), static_cast<size_t>(count), rewrites.indptr.back());
 }
 
 }  // namespace kvserve::mem

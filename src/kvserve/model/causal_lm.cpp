@@ -38,18 +38,22 @@ struct CausalLM::Workspace {
   Tensor greedy;  // i32 [logit_rows]: each logits row's argmax, on device platforms
   std::vector<int32_t> host_ints;
 
-  // Logits rows are few (one per request) even when tokens are many (a long prefill).
+  // Logits rows are few (one per request) even when tokens are many (a long prefill). A failed
+  // growth leaves the workspace empty (sized 0), so the next call allocates it whole.
   Status reserve_logits(platform::Platform& p, int64_t vocab, int64_t rows) {
     if (rows <= logit_rows || p.device().is_cpu()) return Status::ok();
     logits = Tensor();
+    greedy = Tensor();
+    logit_rows = 0;
     KV_ASSIGN_OR_RETURN(logits, p.empty(DType::kF32, {rows, vocab}));
     KV_ASSIGN_OR_RETURN(greedy, p.empty(DType::kI32, {rows}));
     logit_rows = rows;
     return Status::ok();
   }
 
-  Status reserve(platform::Platform& p, const ModelConfig& c, DType dt, int64_t n) {
+  Status reserve(platform::Platform& p, const checkpoint::ModelConfig& c, DType dt, int64_t n) {
     if (n <= tokens) return Status::ok();
+    tokens = 0;  // until every tensor below has its new size
     const int64_t qd = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
     const int64_t kvd = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
     const int64_t h = c.hidden_size;
@@ -80,15 +84,6 @@ struct CausalLM::Workspace {
 
 namespace {
 
-// KVSERVE_FUSED_KV_STORE=0 keeps the backend's separate KV store (for A/B measurements).
-bool fused_kv_store_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("KVSERVE_FUSED_KV_STORE");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
-  return enabled;
-}
-
 std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
@@ -97,7 +92,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // compute dtype on the platform.
 class WeightLoader {
  public:
-  WeightLoader(const WeightStore& store, platform::Platform& p, DType dtype)
+  WeightLoader(const checkpoint::WeightStore& store, platform::Platform& p, DType dtype)
       : store_(store), platform_(p), dtype_(dtype) {}
 
   // One tensor of exactly `shape`.
@@ -115,7 +110,7 @@ class WeightLoader {
     int64_t row = 0;
     std::vector<uint8_t> host;
     for (const std::string& name : names) {
-      KV_ASSIGN_OR_RETURN(WeightView w, store_.get(name));
+      KV_ASSIGN_OR_RETURN(checkpoint::WeightView w, store_.get(name));
       if (!is_floating(w.dtype) || is_float8(w.dtype)) {
         return invalid_argument("{}: tensor {} has dtype {}; expected bf16, f16 or f32", w.file,
                                 name, dtype_name(w.dtype));
@@ -150,7 +145,7 @@ class WeightLoader {
   size_t bytes() const { return bytes_; }
 
  private:
-  const WeightStore& store_;
+  const checkpoint::WeightStore& store_;
   platform::Platform& platform_;
   DType dtype_;
   size_t bytes_ = 0;
@@ -159,12 +154,12 @@ class WeightLoader {
 // The compute dtype of a platform: f32 on the CPU (exact against the float64 references), bf16
 // on CUDA (tensor cores, half the bytes; f32 accumulation everywhere).
 DType compute_dtype_of(const platform::Platform& p) {
-  return p.device().is_cpu() ? DType::kF32 : DType::kBF16;
+  return CausalLM::compute_dtype(p.device().kind);
 }
 
 }  // namespace
 
-CausalLM::CausalLM(const ModelConfig& config, platform::Platform& platform)
+CausalLM::CausalLM(const checkpoint::ModelConfig& config, platform::Platform& platform)
     : config_(config),
       platform_(platform),
       dtype_(compute_dtype_of(platform)),
@@ -173,7 +168,8 @@ CausalLM::CausalLM(const ModelConfig& config, platform::Platform& platform)
 CausalLM::~CausalLM() = default;
 
 Result<std::unique_ptr<CausalLM>> CausalLM::load(
-    const ModelConfig& c, const WeightStore& weights, platform::Platform& platform,
+    const checkpoint::ModelConfig& c, const checkpoint::WeightStore& weights,
+    platform::Platform& platform,
     const std::function<void(int64_t done, int64_t total)>& on_layer) {
   std::unique_ptr<CausalLM> m(new CausalLM(c, platform));
   WeightLoader loader(weights, platform, m->dtype_);
@@ -222,20 +218,24 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
   return m;
 }
 
-mem::DeviceBatchInts CausalLM::upload_eager(const mem::ForwardBatch& batch) {
+Result<mem::DeviceBatchInts> CausalLM::upload_eager(const mem::ForwardBatch& batch) {
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   KV_CHECK_LE(rows, n, "more logits rows than tokens");
   Status reserved = ws_->reserve(platform_, config_, dtype_, n);
   if (reserved.is_ok()) reserved = ws_->reserve_logits(platform_, config_.vocab_size, rows);
-  KV_CHECK(reserved.is_ok(), "activation memory: {}", reserved.to_string());
+  if (!reserved.is_ok()) {
+    // A workspace left half-grown is rebuilt whole by the next reserve (tokens was not raised).
+    return make_status(reserved.code(), "activation memory for {} tokens: {}", n,
+                       reserved.message());
+  }
   return mem::upload_batch_ints(platform_, batch, ws_->host_ints, ws_->ints.data_as<int32_t>());
 }
 
-void CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
-                   const mem::DeviceBatchInts& in, float* host_logits) {
-  const ModelConfig& c = config_;
+Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                     Workspace& w, const mem::DeviceBatchInts& in, float* host_logits) {
+  const checkpoint::ModelConfig& c = config_;
   const int64_t n = batch.num_tokens();
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   KV_CHECK(n > 0 && n <= w.tokens && (host_logits != nullptr || rows <= w.logit_rows),
@@ -251,12 +251,15 @@ void CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& 
   for (const int32_t t : batch.logits_indices)
     KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
 
-  // The KV store fused into split_qkv_rope where the backend exposes its slots on the device and
-  // the cache holds the activations' dtype (fp8 caches quantise in the backend's store).
-  const int32_t* fused_store_loc =
-      fused_kv_store_enabled() && batch.kv_pool->config().dtype == dtype_
-          ? backend.device_out_cache_loc()
-          : nullptr;
+  // Who stores the layers' new K/V, asked once: the backend inside forward_*, or this model
+  // through the backend's slots, fused into split_qkv_rope where the cache holds the
+  // activations' dtype unscaled (fp8 caches and scaled layers: attention::store_kv's kernel),
+  // unless the platform's KernelSwitches::fused_kv_store keeps them apart (A/B measurements).
+  const bool caller_stores = backend.kv_store() == attention::KvStore::kCaller;
+  const int32_t* store_slots = caller_stores ? backend.store_slots(/*cross=*/false) : nullptr;
+  KV_CHECK(!caller_stores || store_slots != nullptr, "{}: no store slots", backend.name());
+  const bool fusable = caller_stores && platform_.kernel_switches().fused_kv_store &&
+                       batch.kv_pool->config().dtype == dtype_;
   const int32_t* ids = in.input_ids;
   const int32_t* positions = in.positions;
   const int32_t* logits_indices = in.logits_indices;
@@ -318,13 +321,12 @@ void CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& 
                                   .num_kv_heads = kv_heads,
                                   .head_dim = c.head_dim,
                                   .rotary_dim = c.head_dim};
-    const bool fuse_store = fused_store_loc != nullptr &&
-                            batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
+    const bool fuse_store = fusable && batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
                             batch.kv_pool->v_scale(static_cast<int32_t>(li)) == 1.0f;
     if (fuse_store) {
       split.k_cache = batch.kv_pool->k_buffer(static_cast<int32_t>(li)).data();
       split.v_cache = batch.kv_pool->v_buffer(static_cast<int32_t>(li)).data();
-      split.cache_loc = fused_store_loc;
+      split.cache_loc = store_slots;
       split.num_slots = batch.kv_pool->num_slots();
     }
     ops::split_qkv_rope(platform_, split);
@@ -334,12 +336,10 @@ void CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& 
         .num_kv_heads = kv_heads,
         .head_dim = c.head_dim,
         .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    backend.forward({.q = w.q.data(),
-                     .k = fuse_store ? nullptr : w.k.data(),
-                     .v = fuse_store ? nullptr : w.v.data(),
-                     .out = w.attn.data(),
-                     .dtype = dtype_},
-                    layer, batch);
+    const attention::AttentionIO io{
+        .q = w.q.data(), .k = w.k.data(), .v = w.v.data(), .out = w.attn.data(), .dtype = dtype_};
+    if (caller_stores && !fuse_store) attention::store_kv(backend, io, layer, batch);
+    KV_RETURN_IF_ERROR(backend.forward(io, layer, batch));
     gemm(w.attn, l.o_proj, nullptr, w.hidden, n, h, qd);
     rms_norm(w.hidden, &w.residual, w.normed, l.post_attention_layernorm);
     gemm(w.normed, l.gate_up_proj, nullptr, w.gate_up, n, 2 * inter, h);
@@ -372,46 +372,53 @@ void CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend& 
                         .lda = h,
                         .ldb = h,
                         .ldc = c.vocab_size});
+  return Status::ok();
 }
 
-void CausalLM::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-                       std::vector<float>& logits) {
+Status CausalLM::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                         std::vector<float>& logits) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   logits.resize(static_cast<size_t>(rows) * config_.vocab_size);
-  const mem::DeviceBatchInts in = upload_eager(batch);
-  if (platform_.device().is_cpu()) {
-    run(batch, backend, *ws_, in, logits.data());
-    return;
+  KV_ASSIGN_OR_RETURN(const mem::DeviceBatchInts in, upload_eager(batch));
+  if (platform_.device().is_cpu()) return run(batch, backend, *ws_, in, logits.data());
+  const Status s = run(batch, backend, *ws_, in, nullptr);
+  if (s.is_ok()) {
+    platform_.copy(logits.data(), ws_->logits.data(), logits.size() * sizeof(float),
+                   platform::CopyKind::kDeviceToHost);
   }
-  run(batch, backend, *ws_, in, nullptr);
-  platform_.copy(logits.data(), ws_->logits.data(), logits.size() * sizeof(float),
-                 platform::CopyKind::kDeviceToHost);
-  platform_.synchronize();
+  platform_.synchronize();  // a failed forward's queued work finishes before its buffers go
+  return s;
 }
 
-void CausalLM::forward_greedy(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-                              std::vector<int32_t>& tokens) {
+Status CausalLM::forward_greedy(const mem::ForwardBatch& batch,
+                                attention::AttentionBackend& backend,
+                                std::vector<int32_t>& tokens) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   const int64_t vocab = config_.vocab_size;
   tokens.resize(rows);
   if (platform_.device().is_cpu()) {
     std::vector<float> logits;
-    forward(batch, backend, logits);
+    KV_RETURN_IF_ERROR(forward(batch, backend, logits));
     ops::argmax_rows(platform_, logits.data(), rows, vocab, tokens.data());
-    return;
+    return Status::ok();
   }
-  run(batch, backend, *ws_, upload_eager(batch), nullptr);
-  ops::argmax_rows(platform_, ws_->logits.data_as<float>(), rows, vocab,
-                   ws_->greedy.data_as<int32_t>());
-  platform_.copy(tokens.data(), ws_->greedy.data(), rows * sizeof(int32_t),
-                 platform::CopyKind::kDeviceToHost);
+  KV_ASSIGN_OR_RETURN(const mem::DeviceBatchInts in, upload_eager(batch));
+  const Status s = run(batch, backend, *ws_, in, nullptr);
+  if (s.is_ok()) {
+    ops::argmax_rows(platform_, ws_->logits.data_as<float>(), rows, vocab,
+                     ws_->greedy.data_as<int32_t>());
+    platform_.copy(tokens.data(), ws_->greedy.data(), rows * sizeof(int32_t),
+                   platform::CopyKind::kDeviceToHost);
+  }
   platform_.synchronize();
+  return s;
 }
 
-float* CausalLM::forward_on_device(const mem::ForwardBatch& batch,
-                                   attention::AttentionBackend& backend) {
+Result<float*> CausalLM::forward_on_device(const mem::ForwardBatch& batch,
+                                           attention::AttentionBackend& backend) {
   KV_CHECK(!platform_.device().is_cpu(), "forward_on_device: the CPU forward writes host logits");
-  run(batch, backend, *ws_, upload_eager(batch), nullptr);
+  KV_ASSIGN_OR_RETURN(const mem::DeviceBatchInts in, upload_eager(batch));
+  KV_RETURN_IF_ERROR(run(batch, backend, *ws_, in, nullptr));
   return ws_->logits.data_as<float>();
 }
 
@@ -432,7 +439,10 @@ void CausalLM::forward_static(const mem::ForwardBatch& batch, attention::Attenti
   KV_CHECK(static_ws_ != nullptr, "reserve_static_workspace first");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   backend.launch_decode_graph_metadata();
-  run(batch, backend, *static_ws_, mem::batch_ints_at(batch, device_ints), nullptr);
+  // The static workspace and the backend's graph buffers are sized before capture: nothing grows.
+  const Status s =
+      run(batch, backend, *static_ws_, mem::batch_ints_at(batch, device_ints), nullptr);
+  KV_CHECK(s.is_ok(), "a static forward: {}", s.to_string());
   ops::argmax_rows(platform_, static_ws_->logits.data_as<float>(), rows, config_.vocab_size,
                    static_ws_->greedy.data_as<int32_t>());
 }

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "kvserve/attention/backend.h"
-#include "kvserve/model/config.h"
+#include "kvserve/checkpoint/config.h"
+#include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/forward_batch.h"
-#include "kvserve/model/weights.h"
 
 namespace kvserve::model {
 
@@ -24,27 +24,34 @@ class CausalLM {
   // `on_layer(done, total)` is called after the embeddings and after each layer (total = layers
   // + 1), for a progress bar.
   static Result<std::unique_ptr<CausalLM>> load(
-      const ModelConfig& config, const WeightStore& weights, platform::Platform& platform,
+      const checkpoint::ModelConfig& config, const checkpoint::WeightStore& weights,
+      platform::Platform& platform,
       const std::function<void(int64_t done, int64_t total)>& on_layer = {});
   ~CausalLM();
 
-  const ModelConfig& config() const { return config_; }
+  const checkpoint::ModelConfig& config() const { return config_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
   // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations; f32 accumulation).
   DType dtype() const { return dtype_; }
+  static DType compute_dtype(DeviceKind device) {
+    return device == DeviceKind::kCpu ? DType::kF32 : DType::kBF16;
+  }
 
   // One forward pass. `logits` becomes [batch.logits_indices.size(), vocab_size], f32, host.
-  void forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-               std::vector<float>& logits);
+  // kOutOfMemory when a device buffer (the activation workspace, the backend's) cannot grow for
+  // this batch: the forward stops, its outputs are garbage, the model stays usable.
+  Status forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                 std::vector<float>& logits);
   // The same forward, then the argmax of each logits row (lowest id on ties), computed on the
   // device so only the ids cross to the host: greedy decoding and bench-one-batch.
-  void forward_greedy(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-                      std::vector<int32_t>& tokens);
+  Status forward_greedy(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                        std::vector<int32_t>& tokens);
 
   // Device platforms: the same forward, queued only; the logits ([rows, vocab], f32) stay in the
   // eager workspace, at the returned address, until the next forward (a sampler may rewrite them).
-  float* forward_on_device(const mem::ForwardBatch& batch, attention::AttentionBackend& backend);
+  Result<float*> forward_on_device(const mem::ForwardBatch& batch,
+                                   attention::AttentionBackend& backend);
 
   // Decode graphs (model/decode_graph_runner.h), device platforms only. A second activation
   // workspace for forwards of up to `max_tokens` tokens (and as many logits rows), allocated once:
@@ -63,15 +70,16 @@ class CausalLM {
  private:
   struct Layer;
   struct Workspace;
-  CausalLM(const ModelConfig& config, platform::Platform& platform);
-  // Grows the eager workspace for `batch` and uploads its integers (one copy).
-  mem::DeviceBatchInts upload_eager(const mem::ForwardBatch& batch);
+  CausalLM(const checkpoint::ModelConfig& config, platform::Platform& platform);
+  // Grows the eager workspace for `batch` and uploads its integers (one copy); kOutOfMemory when
+  // it cannot grow.
+  Result<mem::DeviceBatchInts> upload_eager(const mem::ForwardBatch& batch);
   // Runs the model in `w` on the integers at `in`; logits go to `host_logits` on the CPU, to the
-  // workspace on devices.
-  void run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
-           const mem::DeviceBatchInts& in, float* host_logits);
+  // workspace on devices. A backend's failed growth stops it (work already queued stays queued).
+  Status run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
+             const mem::DeviceBatchInts& in, float* host_logits);
 
-  ModelConfig config_;
+  checkpoint::ModelConfig config_;
   platform::Platform& platform_;
   Tensor embed_tokens_;  // [vocab, hidden]
   Tensor lm_head_;       // [vocab, hidden]; empty when tied to embed_tokens_

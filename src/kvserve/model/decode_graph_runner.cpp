@@ -51,6 +51,7 @@ mem::ForwardBatch pad_decode_batch(const mem::ForwardBatch& batch, int32_t bucke
   p.out_cache_loc.resize(n, 0);  // the padding slot
   p.extend_start_loc.resize(n);
   p.logits_indices.resize(n);
+  mem::pad_row_rewrites(p.row_rewrites, bucket - bs);  // nothing rewritten in the padding row
   for (int32_t b = bs; b < bucket; ++b) {
     p.extend_start_loc[b] = b;
     p.logits_indices[b] = b;
@@ -68,8 +69,8 @@ DecodeGraphRunner::~DecodeGraphRunner() {
 
 Result<std::unique_ptr<DecodeGraphRunner>> DecodeGraphRunner::create(
     platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
-    attention::AttentionBackend& backend, const mem::ReqToTokenPool& req_to_token,
-    mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool, int32_t max_bs) {
+    attention::AttentionBackend& backend, mem::DeviceReqToToken* req_to_token_device,
+    mem::MHATokenToKVPool& kv_pool, int32_t max_bs) {
   if (platform.device().is_cpu()) {
     return make_status(StatusCode::kUnimplemented, "the CPU platform has no graphs");
   }
@@ -81,26 +82,28 @@ Result<std::unique_ptr<DecodeGraphRunner>> DecodeGraphRunner::create(
     return invalid_argument("decode graphs are captured on a created stream, not the default one");
   }
   std::unique_ptr<DecodeGraphRunner> r(new DecodeGraphRunner(platform, stream, model, backend));
-  KV_RETURN_IF_ERROR(r->capture_all(req_to_token, req_to_token_device, kv_pool, max_bs));
+  if (req_to_token_device == nullptr) {
+    return invalid_argument("decode graphs read the req_to_token mirror; none was given");
+  }
+  KV_RETURN_IF_ERROR(r->capture_all(req_to_token_device, kv_pool, max_bs));
   return r;
 }
 
-Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
-                                      mem::DeviceReqToToken* req_to_token_device,
+Status DecodeGraphRunner::capture_all(mem::DeviceReqToToken* req_to_token_device,
                                       mem::MHATokenToKVPool& kv_pool, int32_t max_bs) {
   const auto start = std::chrono::steady_clock::now();
   platform_.synchronize();
   const size_t free_before = platform_.memory_info().free_bytes;
-  sizes_ = decode_graph_batch_sizes(std::min(max_bs, req_to_token.size()));
+  sizes_ = decode_graph_batch_sizes(std::min(max_bs, req_to_token_device->rows() - 1));
   if (sizes_.empty()) return invalid_argument("--cuda-graph-max-bs must be >= 1, got {}", max_bs);
   const int32_t largest = sizes_.back();
 
   // A request has at most a row's positions, and never more than the pool's slots.
-  const ModelConfig& c = model_.config();
+  const checkpoint::ModelConfig& c = model_.config();
   const mem::KvPoolConfig& pool = kv_pool.config();
   const attention::DecodeGraphShape shape{.max_bs = largest,
                                           .max_kv_len = static_cast<int32_t>(std::min<int64_t>(
-                                              req_to_token.max_context_len(), pool.size)),
+                                              req_to_token_device->stride(), pool.size)),
                                           .page_size = pool.page_size,
                                           .num_q_heads = c.num_attention_heads,
                                           .num_kv_heads = c.num_key_value_heads,
@@ -122,12 +125,11 @@ Status DecodeGraphRunner::capture_all(const mem::ReqToTokenPool& req_to_token,
   graphs_.resize(sizes_.size());
   mem::ForwardBatch empty;
   empty.mode = mem::ForwardMode::kDecode;
-  empty.req_to_token = &req_to_token;
   empty.req_to_token_device = req_to_token_device;
   empty.kv_pool = &kv_pool;
   for (size_t i = sizes_.size(); i-- > 0;) {
     const mem::ForwardBatch dummy = pad_decode_batch(empty, sizes_[i]);
-    stage(dummy);
+    KV_RETURN_IF_ERROR(stage(dummy));
     model_.forward_static(dummy, backend_, device_ints_.data_as<int32_t>());
     platform_.synchronize_stream(stream_);
     KV_RETURN_IF_ERROR(platform_.begin_capture(stream_));
@@ -168,20 +170,22 @@ bool DecodeGraphRunner::can_run(const mem::ForwardBatch& batch) const {
   return true;
 }
 
-void DecodeGraphRunner::stage(const mem::ForwardBatch& padded) {
+Status DecodeGraphRunner::stage(const mem::ForwardBatch& padded) {
   int32_t* host = staging_.get();
   auto* device = device_ints_.data_as<int32_t>();
   const int64_t head = mem::batch_ints_size(padded);
   mem::pack_batch_ints(padded, host);
-  const int64_t plan = backend_.init_forward_metadata_decode_graph(padded, host + head,
-                                                                   capacity_ - head, device + head);
+  KV_ASSIGN_OR_RETURN(const int64_t plan,
+                      backend_.init_forward_metadata_decode_graph(padded, host + head,
+                                                                  capacity_ - head, device + head));
   platform_.copy(device, host, static_cast<size_t>(head + plan) * sizeof(int32_t),
                  platform::CopyKind::kHostToDevice, stream_);
+  return Status::ok();
 }
 
-void DecodeGraphRunner::replay(const mem::ForwardBatch& batch, std::vector<float>* logits,
-                               std::vector<int32_t>* tokens) {
-  replay_queued(batch);
+Status DecodeGraphRunner::replay(const mem::ForwardBatch& batch, std::vector<float>* logits,
+                                 std::vector<int32_t>* tokens) {
+  KV_RETURN_IF_ERROR(replay_queued(batch));
   const int32_t bs = batch.batch_size();
   if (tokens != nullptr) {
     tokens->resize(static_cast<size_t>(bs));
@@ -194,9 +198,10 @@ void DecodeGraphRunner::replay(const mem::ForwardBatch& batch, std::vector<float
                    platform::CopyKind::kDeviceToHost, stream_);
   }
   platform_.synchronize_stream(stream_);
+  return Status::ok();
 }
 
-void DecodeGraphRunner::replay_queued(const mem::ForwardBatch& batch) {
+Status DecodeGraphRunner::replay_queued(const mem::ForwardBatch& batch) {
   KV_CHECK(can_run(batch), "replay: a decode batch of 1..{} requests, got {}", max_bs(),
            batch.batch_size());
   const int32_t bs = batch.batch_size();
@@ -204,9 +209,10 @@ void DecodeGraphRunner::replay_queued(const mem::ForwardBatch& batch) {
       static_cast<size_t>(std::lower_bound(sizes_.begin(), sizes_.end(), bs) - sizes_.begin());
   // The staging buffer is rewritten here: the previous replay's copy from it was waited for by
   // its caller (replay, or the sampler's copy back).
-  stage(pad_decode_batch(batch, sizes_[i]));
+  KV_RETURN_IF_ERROR(stage(pad_decode_batch(batch, sizes_[i])));
   graphs_[i].replay(stream_);
   ++replays_;
+  return Status::ok();
 }
 
 std::string DecodeGraphRunner::summary() const {

@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "kvserve/attention/backend.h"
+#include "kvserve/mem/forward_batch.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/mem/req_to_token_pool.h"
 #include "kvserve/model/causal_lm.h"
-#include "kvserve/mem/forward_batch.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::model {
@@ -56,12 +56,12 @@ struct PinnedHostDeleter {
 
 class DecodeGraphRunner {
  public:
-  // Captures every bucket up to min(max_bs, the request rows). kUnimplemented when the platform
-  // has no graphs or the backend no decode graphs; a failed capture is kInternal.
+  // Captures every bucket up to min(max_bs, the request rows of the mirror). kUnimplemented when
+  // the platform has no graphs or the backend no decode graphs; a failed capture is kInternal.
   static Result<std::unique_ptr<DecodeGraphRunner>> create(
       platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
-      attention::AttentionBackend& backend, const mem::ReqToTokenPool& req_to_token,
-      mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool, int32_t max_bs);
+      attention::AttentionBackend& backend, mem::DeviceReqToToken* req_to_token_device,
+      mem::MHATokenToKVPool& kv_pool, int32_t max_bs);
   ~DecodeGraphRunner();
   DecodeGraphRunner(const DecodeGraphRunner&) = delete;
   DecodeGraphRunner& operator=(const DecodeGraphRunner&) = delete;
@@ -71,10 +71,13 @@ class DecodeGraphRunner {
   bool can_run(const mem::ForwardBatch& batch) const;
   // Replays the graph of the batch's bucket; `logits` ([bs, vocab], f32) and `tokens` (each row's
   // argmax, lowest id on ties), when not null, receive the real rows. Host-synchronous.
-  void replay(const mem::ForwardBatch& batch, std::vector<float>* logits, std::vector<int32_t>* tokens);
+  // kOutOfMemory when the backend's eager prologue (the host's row rewrites) cannot grow its
+  // buffer: nothing is replayed.
+  Status replay(const mem::ForwardBatch& batch, std::vector<float>* logits,
+                std::vector<int32_t>* tokens);
   // The same replay, queued on the runner's stream and not waited for: the logits stay at
   // CausalLM::static_logits() for work queued after it (the device sampler).
-  void replay_queued(const mem::ForwardBatch& batch);
+  Status replay_queued(const mem::ForwardBatch& batch);
 
   const std::vector<int32_t>& batch_sizes() const { return sizes_; }
   int32_t max_bs() const { return sizes_.empty() ? 0 : sizes_.back(); }
@@ -87,12 +90,11 @@ class DecodeGraphRunner {
  private:
   DecodeGraphRunner(platform::Platform& platform, platform::StreamHandle stream, CausalLM& model,
                     attention::AttentionBackend& backend);
-  Status capture_all(const mem::ReqToTokenPool& req_to_token,
-                     mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool,
+  Status capture_all(mem::DeviceReqToToken* req_to_token_device, mem::MHATokenToKVPool& kv_pool,
                      int32_t max_bs);
   // Packs the padded batch's integers and the backend's plan into the staging buffer and queues
   // their one copy to the device buffer.
-  void stage(const mem::ForwardBatch& padded);
+  Status stage(const mem::ForwardBatch& padded);
 
   platform::Platform& platform_;
   platform::StreamHandle stream_;

@@ -3,37 +3,55 @@
 // create() reserves the device memory pool (device platforms; platform/device_pool.h), reads the
 // checkpoint directory (config.json, safetensors), loads the weights into the pool, sizes the KV
 // pool (--max-total-tokens, or --mem-fraction-static of the memory left after the weights: of the
-// device pool on a GPU), and creates the request-to-token table (and its device mirror on a device
-// platform), the slot allocator and the attention backend; on a device platform it runs
-// everything on a stream of its own and, unless --disable-cuda-graph, captures the decode graphs
-// (decode_graph_runner.h) once the pools exist. The prefix cache belongs to whoever schedules (it
-// is created on top of these pools).
+// device pool on a GPU), the device mirror of the request-to-token table on a device platform,
+// and the attention backend; on a device platform it runs everything on a stream of its own and,
+// unless --disable-cuda-graph, captures the decode graphs (decode_graph_runner.h) once the pools
+// exist. The host side of the KV memory (request-to-token table, slot allocator, prefix cache)
+// belongs to whoever schedules: a mem::HostKvMemory of this runner's kv_shape(). The runner
+// reads the host table only through the batches built from it (BatchRunner).
+//
+// The model is a decoder-only CausalLM or, for a checkpoint whose config.json says model_type
+// "whisper", the encoder-decoder WhisperModel (is_encoder_decoder()): its KV pool holds the
+// decoder's layers in the compute dtype, each request row is [encoder region | decoder region]
+// in the encoder KV layout of the options (mem/encoder_layout.h; batches built with
+// mem::EncoderSplit{page_size(), encoder_kv_layout()}), and a forward whose batch carries
+// encoder inputs (ForwardBatch::encoder_inputs) runs the encoder on them first (the encoder is
+// part of the prefill; its cross-attention K/V are stored once, at batch.encoder_out_cache_loc).
+// config() describes either model to the scheduler and the engine (vocabulary, eos, layers).
 #pragma once
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kvserve/attention/backend.h"
-#include "kvserve/mem/allocator.h"
+#include "kvserve/attention/capabilities.h"
+#include "kvserve/checkpoint/whisper_config.h"
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/mem/encoder_layout.h"
+#include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/mem/kv_pool.h"
-#include "kvserve/mem/req_to_token_pool.h"
+#include "kvserve/model/batch_runner.h"
 #include "kvserve/model/causal_lm.h"
 #include "kvserve/model/decode_graph_runner.h"
+#include "kvserve/model/whisper_model.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/ops/sampling_params.h"
 
 namespace kvserve::model {
 
+// Typed: the command line parses names into these at its boundary (cli/runner_options.h).
 struct ModelRunnerOptions {
-  std::string device = "cpu";
+  Device device{DeviceKind::kCpu, 0};
   int32_t page_size = 1;
-  std::string attention_backend;        // empty: the device's default
-  std::string kv_cache_dtype = "auto";  // auto: the compute dtype (f32 on the CPU)
-  int64_t max_total_tokens = 0;         // 0: from mem_fraction_static
+  // nullopt: the device's default (attention/capabilities.h).
+  std::optional<attention::AttentionBackendKind> attention_backend;
+  // nullopt (--kv-cache-dtype auto): the compute dtype (f32 on the CPU, bf16 on CUDA).
+  std::optional<DType> kv_cache_dtype;
+  int64_t max_total_tokens = 0;    // 0: from mem_fraction_static
   double mem_fraction_static = 0;  // of the free memory after the weights; 0: the device's default
                                    // (CPU: 0.25, at most 4 GiB; CUDA: 0.85)
   int32_t max_running_requests = 0;  // 0: the device's default (CPU: 64, CUDA: 256)
@@ -48,43 +66,94 @@ struct ModelRunnerOptions {
   // the pool has left after the weights. Tests that hold several CUDA runners at once, or share
   // the GPU with other test processes, set reserve = false or a fixed size.
   platform::DevicePoolOptions device_pool;
+  // Tests only: fault injection on this runner's device-buffer allocations (installed on its
+  // platform at creation; platform/allocation_faults.h). Null in production.
+  std::shared_ptr<platform::AllocationFaults> allocation_faults;
+  // The CUDA kernels' A/B switches (platform/kernel_switches.h), set on the runner's platform and
+  // logged once at creation on a device; the command line fills them from the environment.
+  platform::KernelSwitches kernel_switches;
+  // Encoder-decoder (Whisper) checkpoints: where each row's decoder region starts (aligned: on a
+  // page boundary; ragged: right after the encoder). With the ragged layout and pages over 1, the
+  // CUDA default backend is cuda-ragged (cuda-paged reads whole pages and is refused by the
+  // capability check).
+  mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;
 };
 
-// Per-logits-row sampling inputs of forward_sample (host memory; ops/sampling_params.h).
-struct SamplingInputs {
-  std::span<const ops::SampleRowParams> rows;
-  std::span<const int32_t> penalty_offsets;  // [rows + 1], or empty: no row has penalties
-  std::span<const ops::PenaltyEntry> penalty_entries;
-  // Rows whose raw logits the caller reads after sampling (top-N logprobs; the chosen token's
-  // logprob of a penalized row, which the sampler rewrites in place): forward_sample copies them,
-  // in this order, into its `raw_logits` [raw_rows.size(), vocab] before the sampler runs.
-  std::span<const int32_t> raw_rows;
-};
+// True when <dir>/config.json reads and its model_type is "whisper" (ModelRunner then runs a
+// WhisperModel).
+bool is_whisper_checkpoint(const std::filesystem::path& dir);
 
-class ModelRunner {
+class ModelRunner final : public BatchRunner {
  public:
+  // Refuses, before any weight is read or device memory reserved, a model the attention backend
+  // cannot serve with these options (capabilities.h: kUnimplemented naming the config field or
+  // the flag and the supported values), and a sliding window shorter than the context length
+  // served (checkpoint::check_served_context).
   static Result<std::unique_ptr<ModelRunner>> create(const std::filesystem::path& model_dir,
                                                      const ModelRunnerOptions& options);
+  // What the model in `config` asks of attention with `options` (the capability check's input).
+  static attention::AttentionRequirements attention_requirements(
+      const checkpoint::ModelConfig& config, const ModelRunnerOptions& options);
+  // The same for a Whisper checkpoint (its decoder's self- and cross-attention).
+  static attention::AttentionRequirements whisper_attention_requirements(
+      const checkpoint::WhisperConfig& config, const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  const ModelConfig& config() const { return model_->config(); }
+  const checkpoint::ModelConfig& config() const { return config_; }
   platform::Platform& platform() { return *platform_; }
-  mem::ReqToTokenPool& req_to_token() { return *req_to_token_; }
   // Device platforms: the req_to_token mirror the device backends read (null on the CPU).
   mem::DeviceReqToToken* req_to_token_device() { return req_to_token_device_.get(); }
-  mem::BaseTokenToKVPoolAllocator& allocator() { return *allocator_; }
   mem::MHATokenToKVPool& kv_pool() { return *kv_pool_; }
   attention::AttentionBackend& backend() { return *backend_; }
   int32_t page_size() const { return page_size_; }
-  int64_t max_total_tokens() const { return allocator_->size(); }
-  int32_t context_len() const { return context_len_; }
-  int32_t max_running_requests() const { return req_to_token_->size(); }
+  int64_t max_total_tokens() const { return kv_pool_->config().size; }
+  int32_t max_running_requests() const { return max_running_; }
+  // The host KV memory (mem::HostKvMemory) that batches for this runner come from.
+  mem::KvMemoryShape kv_shape() const {
+    return {.max_running_requests = max_running_,
+            .row_len = row_len_,
+            .max_total_tokens = max_total_tokens(),
+            .page_size = page_size_};
+  }
+
+  // BatchRunner.
+  int32_t vocab_size() const override { return config().vocab_size; }
+  int32_t context_len() const override { return context_len_; }
+  bool samples_on_device() const override { return !platform_->device().is_cpu(); }
+
+  // Encoder-decoder models (Whisper); the accessors below CHECK that the model is one.
+  bool is_encoder_decoder() const { return whisper_ != nullptr; }
+  WhisperModel& whisper_model();
+  const checkpoint::WhisperConfig& whisper_config() const;
+  const checkpoint::WhisperGenerationConfig& whisper_generation_config() const;
+  mem::EncoderKvLayout encoder_kv_layout() const { return encoder_kv_layout_; }
+  // Positions one encoder output fills (max_source_positions), and the positions the encoder
+  // region of a row takes in this runner's layout (the decoder region starts there).
+  int32_t encoder_len() const;
+  int32_t encoder_reserved_len(int32_t encoder_len) const;
+  // The encoder inputs' expected size (num_mel_bins * input_frames floats).
+  int64_t encoder_input_size() const;
 
   // Attention metadata once, then the model; logits of batch.logits_indices, [n, vocab]. A decode
   // batch that fits a captured graph replays it instead (same kernels, padded to the bucket).
-  void forward(mem::ForwardBatch& batch, std::vector<float>& logits);
+  // kOutOfMemory when a device buffer this forward needs (activations, attention metadata, page
+  // lists, split workspace, sampling buffers) cannot grow: the outputs are garbage, the batch's
+  // KV slots hold nothing usable, and the runner serves the next forward normally.
+  // Encoder-decoder models: the encoder runs first on batch.encoder_inputs (host memory; one per
+  // request of batch.encoder_lens > 0 whose encoder K/V this forward stores, in the order of
+  // batch.encoder_out_cache_loc; sizes checked by the caller: encoder_input_size()): the encoder
+  // is the first part of the prefill, its outputs' cross K/V stored by the decoder's forward.
+  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits) override;
+  // The same with `encoder_inputs` as the batch's encoder inputs.
+  Status forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+                 std::span<const std::span<const float>> encoder_inputs);
+  // Encoder-decoder models: the decoder's forward over encoder outputs the caller computed
+  // (`encoder_hidden`: device memory of the model's dtype, request-major in the order of
+  // batch.encoder_out_cache_loc; WhisperModel::encode), for reference decoding and tests.
+  Status forward_encoded(mem::ForwardBatch& batch, std::vector<float>& logits,
+                         const void* encoder_hidden);
   // The same, keeping only each row's argmax (computed on the device).
-  void forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens);
+  Status forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t>& tokens) override;
 
   // The same forward, then ops::sample_rows over its logits rows with `sampling` (one row of
   // parameters per logits row; greedy rows are argmax rows of the same launch). On a device the
@@ -93,9 +162,15 @@ class ModelRunner {
   // (and, with `logprobs`, each chosen token's raw logprob; with sampling.raw_rows, those rows'
   // raw logits into `raw_logits`) come back. On the CPU the logits are sampled in place on the
   // host by the same op.
-  void forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
-                      std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
-                      std::vector<float>* raw_logits = nullptr);
+  Status forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
+                        std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
+                        std::vector<float>* raw_logits = nullptr) override;
+
+  // Encoder-decoder models, for bench-one-batch: while on, a forward that runs the encoder
+  // synchronizes the device before and after it and records the encoder's seconds
+  // (last_encoder_seconds). Off while serving.
+  void set_encoder_timing(bool on) { encoder_timing_ = on; }
+  double last_encoder_seconds() const { return last_encoder_seconds_; }
 
   // The captured decode graphs; null on the CPU, with --disable-cuda-graph, or for a backend
   // without them.
@@ -108,19 +183,35 @@ class ModelRunner {
 
  private:
   ModelRunner() = default;
-  // Points the batch at this runner's pools and builds the backend's metadata (once per forward).
-  void prepare(mem::ForwardBatch& batch);
-  // Whether `batch` replays a decode graph (pointing it at the pools when it does).
+  // Points the batch at this runner's device buffers (the KV pool, the req_to_token mirror): the
+  // only place a batch gets them.
+  void bind(mem::ForwardBatch& batch);
+  // Builds the backend's metadata of an eager forward (once per forward).
+  Status prepare(mem::ForwardBatch& batch);
+  // Grows forward_sample's device buffers for `rows` rows of `sampling` (before the forward).
+  Status reserve_sampling_buffers(int64_t rows, const SamplingInputs& sampling, bool logprobs);
+  // Binds `batch` (every forward starts here), then whether it replays a decode graph.
   bool use_graph(mem::ForwardBatch& batch);
+  // Whisper: the model, its KV pool, rows and backend (create() after the platform).
+  Status load_whisper(const std::filesystem::path& model_dir, const checkpoint::WhisperConfig& config,
+                      attention::AttentionBackendKind backend, const ModelRunnerOptions& options);
+  // Whisper: the encoder over batch.encoder_inputs into encoder_hidden_; null when there are none.
+  Result<const void*> encode_inputs(const mem::ForwardBatch& batch);
 
   std::unique_ptr<platform::Platform> platform_;
   // Device platforms: the stream every forward of this runner runs on (the platform's current
   // stream), so that eager forwards and graph replays are ordered and graphs can be captured.
   std::unique_ptr<platform::Stream> stream_;
-  std::unique_ptr<CausalLM> model_;
-  std::unique_ptr<mem::ReqToTokenPool> req_to_token_;
+  checkpoint::ModelConfig config_;
+  std::unique_ptr<CausalLM> model_;  // decoder-only checkpoints
+  // Encoder-decoder (Whisper) checkpoints, instead of model_.
+  std::unique_ptr<WhisperModel> whisper_;
+  checkpoint::WhisperGenerationConfig whisper_generation_;
+  mem::EncoderKvLayout encoder_kv_layout_ = mem::EncoderKvLayout::kAligned;
+  Tensor encoder_hidden_;  // the encoder outputs of one prefill, grown on demand
+  bool encoder_timing_ = false;
+  double last_encoder_seconds_ = 0;
   std::unique_ptr<mem::DeviceReqToToken> req_to_token_device_;
-  std::unique_ptr<mem::BaseTokenToKVPoolAllocator> allocator_;
   std::unique_ptr<mem::MHATokenToKVPool> kv_pool_;
   std::unique_ptr<attention::AttentionBackend> backend_;
   // forward_sample's device buffers, grown on demand: row parameters, the penalty CSR, tokens and
@@ -134,6 +225,8 @@ class ModelRunner {
   bool graphs_enabled_ = true;
   int32_t page_size_ = 1;
   int32_t context_len_ = 0;
+  int32_t max_running_ = 0;  // request rows of the host table (kv_shape)
+  int32_t row_len_ = 0;      // positions per row
 };
 
 }  // namespace kvserve::model

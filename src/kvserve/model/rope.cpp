@@ -7,7 +7,8 @@
 
 namespace kvserve::model {
 
-std::vector<float> rope_inv_freq(double theta, int32_t rotary_dim, const RopeScaling& scaling) {
+std::vector<float> rope_inv_freq(double theta, int32_t rotary_dim,
+                                 const checkpoint::RopeScaling& scaling) {
   KV_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "rotary_dim {}", rotary_dim);
   std::vector<float> inv(rotary_dim / 2);
   const auto base = static_cast<float>(theta);

@@ -4,13 +4,14 @@
 
 #include <vector>
 
-#include "kvserve/model/config.h"
+#include "kvserve/checkpoint/config.h"
 
 namespace kvserve::model {
 
 // inv_freq[i] = 1 / theta^(2i / dim) for i < dim / 2, then the rope_scaling of the config
 // ("default" leaves it, "llama3" scales low frequencies by 1/factor and interpolates the
 // medium band between low_freq_factor and high_freq_factor).
-std::vector<float> rope_inv_freq(double theta, int32_t rotary_dim, const RopeScaling& scaling);
+std::vector<float> rope_inv_freq(double theta, int32_t rotary_dim,
+                                 const checkpoint::RopeScaling& scaling);
 
 }  // namespace kvserve::model

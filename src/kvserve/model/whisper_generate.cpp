@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kvserve/mem/batch_lifecycle.h"
 #include "kvserve/platform/ops/sampling.h"
 
 namespace kvserve::model {
@@ -34,29 +35,6 @@ class KvRelease {
 
 }  // namespace
 
-Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& c,
-                                            const WhisperGenerationConfig& g,
-                                            const WhisperGenerateOptions& o) {
-  const std::optional<int32_t> start =
-      g.decoder_start_token_id ? g.decoder_start_token_id : c.decoder_start_token_id;
-  if (!start) return invalid_argument("Whisper: no decoder_start_token_id in the configs");
-  std::vector<int32_t> prompt = {*start};
-  if (g.is_multilingual) {
-    const std::optional<int32_t> lang = g.language_id(o.language);
-    if (!lang) {
-      return invalid_argument("Whisper: unknown language '{}' (not in lang_to_id)", o.language);
-    }
-    const std::optional<int32_t> task = g.task_id(o.task);
-    if (!task) return invalid_argument("Whisper: unknown task '{}' (not in task_to_id)", o.task);
-    prompt.push_back(*lang);
-    prompt.push_back(*task);
-  }
-  if (!g.return_timestamps && g.no_timestamps_token_id) {
-    prompt.push_back(*g.no_timestamps_token_id);
-  }
-  return prompt;
-}
-
 int32_t whisper_pick_token(std::span<const float> suppressed_row, float temperature, uint64_t seed,
                            int64_t step) {
   if (temperature <= 0.0f) return argmax(suppressed_row);
@@ -64,7 +42,7 @@ int32_t whisper_pick_token(std::span<const float> suppressed_row, float temperat
                               {.temperature = temperature, .seed = seed, .step = step});
 }
 
-void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step,
+void apply_whisper_suppression(const checkpoint::WhisperGenerationConfig& g, bool first_step,
                                std::span<float> logits) {
   const auto suppress = [&](const std::vector<int32_t>& ids) {
     for (const int32_t id : ids) {
@@ -80,8 +58,8 @@ void apply_whisper_suppression(const WhisperGenerationConfig& g, bool first_step
 Result<std::vector<WhisperGenerateResult>> whisper_generate(
     WhisperRunner& runner, std::span<const WhisperRequest> requests,
     const WhisperGenerateOptions& o) {
-  const WhisperConfig& c = runner.config();
-  const WhisperGenerationConfig& g = runner.generation_config();
+  const checkpoint::WhisperConfig& c = runner.config();
+  const checkpoint::WhisperGenerationConfig& g = runner.generation_config();
   const auto bs = static_cast<int32_t>(requests.size());
   std::vector<WhisperGenerateResult> results(bs);
   if (bs == 0) return results;
@@ -111,7 +89,7 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
                               r.temperature);
     }
     if (r.prompt.empty()) {
-      KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o));
+      KV_ASSIGN_OR_RETURN(results[b].prompt, whisper_prompt(c, g, o.language, o.task));
     } else {
       results[b].prompt = r.prompt;
     }
@@ -141,34 +119,14 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
   const mem::KvMemory memory = runner.memory();
   std::vector<mem::KvReqState> states(bs);
   KvRelease release(memory, states);
-  std::vector<mem::KvReqState*> ptrs;
-  std::vector<int32_t> seq_lens;
-  std::vector<int32_t> starts;
-  for (int32_t b = 0; b < bs; ++b) {
-    ptrs.push_back(&states[b]);
-    starts.push_back(runner.encoder_reserved_len(encoder_lens[b]));
-    seq_lens.push_back(starts[b] + static_cast<int32_t>(results[b].prompt.size()));
-  }
-  std::vector<int32_t> loc;
-  KV_RETURN_IF_ERROR(mem::alloc_for_extend(memory, ptrs, seq_lens, loc));
-  std::vector<mem::EncDecRow> rows;
-  std::vector<mem::ForwardRequest> fwd;
-  for (int32_t b = 0; b < bs; ++b) {
-    rows.push_back(
-        {states[b].row, encoder_lens[b], static_cast<int32_t>(results[b].prompt.size())});
-    fwd.push_back({states[b].row, 0, results[b].prompt});
-  }
-  std::vector<int32_t> encoder_loc;
-  std::vector<int32_t> decoder_loc;
-  mem::split_encoder_decoder_loc(loc, rows, runner.options().page_size, runner.options().layout,
-                                 encoder_loc, decoder_loc);
-  mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, decoder_loc,
-                                          runner.req_to_token(), runner.kv_pool());
-  batch.self_kv_start = starts;
-  batch.encoder_lens = encoder_lens;
-  batch.encoder_out_cache_loc = encoder_loc;
+  const mem::EncoderSplit split = runner.encoder_split();
+  std::vector<mem::BatchEntry> entries;
+  for (int32_t b = 0; b < bs; ++b)
+    entries.push_back({&states[b], results[b].prompt, encoder_lens[b]});
+  KV_ASSIGN_OR_RETURN(mem::ForwardBatch batch, mem::prepare_extend(memory, entries, split));
   std::vector<float> logits;
-  runner.forward(batch, logits, encoder_hidden.empty() ? nullptr : encoder_hidden.data());
+  KV_RETURN_IF_ERROR(
+      runner.forward(batch, logits, encoder_hidden.empty() ? nullptr : encoder_hidden.data()));
 
   // Greedy steps; `active` lists the requests whose logits rows `logits` holds, in order.
   std::vector<int32_t> active(bs);
@@ -198,24 +156,11 @@ Result<std::vector<WhisperGenerateResult>> whisper_generate(
     if (o.on_progress) o.on_progress(WhisperGeneratePoint::kPicked);
     if (active.empty()) break;
     // Decode: the last token of each active request at decoder position len - 1.
-    ptrs.clear();
-    fwd.clear();
-    std::vector<int32_t> step_starts;
-    std::vector<int32_t> step_encoder_lens;
-    for (const int32_t b : active) {
-      ptrs.push_back(&states[b]);
-      const auto cached =
-          static_cast<int32_t>(results[b].prompt.size() + results[b].tokens.size()) - 1;
-      fwd.push_back({states[b].row, cached, {results[b].tokens.back()}});
-      step_starts.push_back(starts[b]);
-      step_encoder_lens.push_back(encoder_lens[b]);
-    }
-    KV_RETURN_IF_ERROR(mem::alloc_for_decode(memory, ptrs, loc));
-    batch =
-        mem::make_forward_batch(mem::ForwardMode::kDecode, fwd, loc, runner.req_to_token(), runner.kv_pool());
-    batch.self_kv_start = step_starts;
-    batch.encoder_lens = step_encoder_lens;
-    runner.forward(batch, logits);
+    entries.clear();
+    for (const int32_t b : active)
+      entries.push_back({&states[b], {results[b].tokens.back()}, encoder_lens[b]});
+    KV_ASSIGN_OR_RETURN(batch, mem::prepare_decode(memory, entries, split));
+    KV_RETURN_IF_ERROR(runner.forward(batch, logits));
   }
   return results;
 }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kvserve/model/whisper_front_end.h"
 #include "kvserve/model/whisper_runner.h"
 
 namespace kvserve::model {
@@ -39,7 +40,7 @@ struct WhisperGenerateOptions {
 struct WhisperRequest {
   // [num_mel_bins, input_frames()] row-major; empty: a text-only request (encoder_len 0).
   std::vector<float> features;
-  std::vector<int32_t> prompt;  // empty: whisper_prompt()
+  std::vector<int32_t> prompt;  // empty: whisper_prompt(language, task)
   float temperature = 0.0f;     // 0: greedy; > 0: sampled (whisper_pick_token)
   uint64_t seed = 0;            // the draws of a sampled request: (seed, step), batch-independent
 };
@@ -50,15 +51,10 @@ struct WhisperGenerateResult {
   std::vector<std::vector<float>> step_logits;  // one per generated token when keep_logits
 };
 
-// kInvalidArgument for an unknown language or task, or a config without a decoder start token.
-Result<std::vector<int32_t>> whisper_prompt(const WhisperConfig& config,
-                                            const WhisperGenerationConfig& generation,
-                                            const WhisperGenerateOptions& options);
-
 // suppress_tokens -> -inf; also begin_suppress_tokens when `first_step`. Ids outside the
 // vocabulary are ignored.
-void apply_whisper_suppression(const WhisperGenerationConfig& generation, bool first_step,
-                               std::span<float> logits);
+void apply_whisper_suppression(const checkpoint::WhisperGenerationConfig& generation,
+                               bool first_step, std::span<float> logits);
 
 // The next token from a suppressed logits row: the argmax (the first on ties, as torch.argmax) at
 // temperature 0, else a draw from softmax(row / temperature) over the whole vocabulary by the host

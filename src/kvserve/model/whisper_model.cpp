@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
 #include "kvserve/platform/ops/paged_prefill.h"
@@ -109,7 +110,7 @@ struct Part {
 // compute dtype on the platform, through f32 on the host (exact for every source dtype).
 class Loader {
  public:
-  Loader(const WeightStore& store, platform::Platform& p, DType dtype)
+  Loader(const checkpoint::WeightStore& store, platform::Platform& p, DType dtype)
       : store_(store), platform_(p), dtype_(dtype) {}
 
   // `scale` multiplies every element in f32 (the pre-scaled embedding table).
@@ -132,7 +133,7 @@ class Loader {
         row += part.rows;
         continue;
       }
-      KV_ASSIGN_OR_RETURN(WeightView w, store_.get(part.name));
+      KV_ASSIGN_OR_RETURN(checkpoint::WeightView w, store_.get(part.name));
       if (!is_floating(w.dtype) || is_float8(w.dtype)) {
         return invalid_argument("{}: tensor {} has dtype {}; expected bf16, f16 or f32", w.file,
                                 part.name, dtype_name(w.dtype));
@@ -168,7 +169,7 @@ class Loader {
   size_t bytes() const { return bytes_; }
 
  private:
-  const WeightStore& store_;
+  const checkpoint::WeightStore& store_;
   platform::Platform& platform_;
   DType dtype_;
   std::vector<float> host_;
@@ -186,7 +187,7 @@ constexpr std::array<Projection, 3> kQkvProjections{
 
 }  // namespace
 
-WhisperModel::WhisperModel(const WhisperConfig& config, platform::Platform& platform)
+WhisperModel::WhisperModel(const checkpoint::WhisperConfig& config, platform::Platform& platform)
     : config_(config),
       platform_(platform),
       dtype_(compute_dtype_of(platform)),
@@ -194,8 +195,8 @@ WhisperModel::WhisperModel(const WhisperConfig& config, platform::Platform& plat
 
 WhisperModel::~WhisperModel() = default;
 
-Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const WhisperConfig& c,
-                                                         const WeightStore& weights,
+Result<std::unique_ptr<WhisperModel>> WhisperModel::load(const checkpoint::WhisperConfig& c,
+                                                         const checkpoint::WeightStore& weights,
                                                          platform::Platform& platform) {
   std::unique_ptr<WhisperModel> m(new WhisperModel(c, platform));
   Loader l(weights, platform, m->dtype_);
@@ -336,7 +337,7 @@ void WhisperModel::feed_forward(const Ffn& ffn, void* delta, void* residual, voi
 void WhisperModel::reserve_encoder() {
   Workspace& w = *ws_;
   if (w.encoder_ready) return;
-  const WhisperConfig& c = config_;
+  const checkpoint::WhisperConfig& c = config_;
   const int64_t frames = c.input_frames();
   const int64_t mels = c.num_mel_bins;
   const int64_t d = c.d_model;
@@ -375,11 +376,13 @@ void WhisperModel::reserve_encoder() {
 bool WhisperModel::encoder_attention_on_tensor_cores() const {
   const int32_t head_dim = config_.encoder_head_dim();
   return !platform_.device().is_cpu() && dtype_ == DType::kBF16 &&
-         (head_dim == 64 || head_dim == 128) && config_.d_model % 8 == 0;
+         std::ranges::find(attention::kPagedKernelHeadDims, head_dim) !=
+             std::end(attention::kPagedKernelHeadDims) &&
+         config_.d_model % 8 == 0;
 }
 
 Status WhisperModel::encode(std::span<const float> features, void* out) {
-  const WhisperConfig& c = config_;
+  const checkpoint::WhisperConfig& c = config_;
   const int64_t frames = c.input_frames();
   const int64_t mels = c.num_mel_bins;
   if (static_cast<int64_t>(features.size()) != mels * frames) {
@@ -525,9 +528,9 @@ Status WhisperModel::encode(std::span<const float> features, std::vector<float>&
   return Status::ok();
 }
 
-void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-                           std::vector<float>& logits, const void* encoder_hidden) {
-  const WhisperConfig& c = config_;
+Status WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                             std::vector<float>& logits, const void* encoder_hidden) {
+  const checkpoint::WhisperConfig& c = config_;
   const int64_t n = batch.num_tokens();
   KV_CHECK_GT(n, 0, "empty batch");
   const int64_t d = c.d_model;
@@ -572,7 +575,9 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
     st = grow(platform_, w.ints, DType::kI32, 1, 2 * n + rows);
     if (st.is_ok()) w.ints_size = 2 * n + rows;
   }
-  check_reserved(st);
+  if (!st.is_ok()) {
+    return make_status(st.code(), "Whisper activation memory for {} tokens: {}", n, st.message());
+  }
 
   // The batch's integers reach the device in one copy.
   const mem::DeviceBatchInts in =
@@ -625,7 +630,9 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
     linear(normed, sa.q, q, n, d, d, d);
     linear(normed, sa.k, k, n, d, d, d);
     linear(normed, sa.v, v, n, d, d, d);
-    backend.forward({.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_}, layer, batch);
+    const attention::AttentionIO self_io{.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_};
+    attention::store_kv(backend, self_io, layer, batch);  // the caller's store path, if the backend's
+    KV_RETURN_IF_ERROR(backend.forward(self_io, layer, batch));
     linear(attn, sa.o, delta, n, d, d, d);
     // Cross-attention over the encoder region; its K/V are stored only when computed here.
     const Attention& ca = l.cross_attn;
@@ -636,7 +643,9 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
       linear(encoder_hidden, ca.v, cv, enc_rows, d, d, d);
     }
     layer.is_cross_attention = true;
-    backend.forward({.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_}, layer, batch);
+    const attention::AttentionIO cross_io{.q = q, .k = ck, .v = cv, .out = attn, .dtype = dtype_};
+    attention::store_kv(backend, cross_io, layer, batch);  // nothing when the encoder is cached
+    KV_RETURN_IF_ERROR(backend.forward(cross_io, layer, batch));
     linear(attn, ca.o, delta, n, d, d, d);
     // Tokens of requests without an encoder output skip cross-attention.
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
@@ -650,7 +659,7 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
   // The rows whose logits are wanted are gathered (an embedding lookup into the activations); the
   // last sublayer output joins the residual inside the final norm.
   logits.resize(static_cast<size_t>(rows) * vocab);
-  if (rows == 0) return;
+  if (rows == 0) return Status::ok();
   const auto gather = [&](const void* table, void* out) {
     ops::embedding(platform_, {.table = table,
                                .ids = logits_indices,
@@ -675,10 +684,11 @@ void WhisperModel::forward(const mem::ForwardBatch& batch, attention::AttentionB
                         .lda = d,
                         .ldb = d,
                         .ldc = vocab});
-  if (on_cpu) return;
+  if (on_cpu) return Status::ok();
   platform_.copy(logits.data(), w.logits.data(), logits.size() * sizeof(float),
                  platform::CopyKind::kDeviceToHost);
   platform_.synchronize();
+  return Status::ok();
 }
 
 }  // namespace kvserve::model

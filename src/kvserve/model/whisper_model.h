@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "kvserve/attention/backend.h"
+#include "kvserve/checkpoint/weights.h"
+#include "kvserve/checkpoint/whisper_config.h"
 #include "kvserve/mem/forward_batch.h"
-#include "kvserve/model/weights.h"
-#include "kvserve/model/whisper_config.h"
 
 namespace kvserve::model {
 
@@ -34,12 +34,12 @@ class WhisperModel {
  public:
   // kNotFound for a missing tensor, kInvalidArgument for a shape mismatch (naming the tensor,
   // its file, the expected and actual shapes), kOutOfMemory when the platform cannot hold it.
-  static Result<std::unique_ptr<WhisperModel>> load(const WhisperConfig& config,
-                                                    const WeightStore& weights,
+  static Result<std::unique_ptr<WhisperModel>> load(const checkpoint::WhisperConfig& config,
+                                                    const checkpoint::WeightStore& weights,
                                                     platform::Platform& platform);
   ~WhisperModel();
 
-  const WhisperConfig& config() const { return config_; }
+  const checkpoint::WhisperConfig& config() const { return config_; }
   size_t weight_bytes() const { return weight_bytes_; }
   // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations, encoder outputs).
   DType dtype() const { return dtype_; }
@@ -56,9 +56,9 @@ class WhisperModel {
   // `encoder_hidden` (device memory, dtype()) holds the encoder outputs whose cross K/V this
   // forward stores, request-major in the order of batch.encoder_out_cache_loc
   // ([encoder_out_cache_loc.size(), d_model]); null when every request's encoder K/V is already
-  // cached (or it has none).
-  void forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
-               std::vector<float>& logits, const void* encoder_hidden = nullptr);
+  // cached (or it has none). kOutOfMemory when a device buffer cannot grow for this batch.
+  Status forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
+                 std::vector<float>& logits, const void* encoder_hidden = nullptr);
 
  private:
   struct Norm;
@@ -68,7 +68,7 @@ class WhisperModel {
   struct EncoderLayer;
   struct DecoderLayer;
   struct Workspace;
-  WhisperModel(const WhisperConfig& config, platform::Platform& platform);
+  WhisperModel(const checkpoint::WhisperConfig& config, platform::Platform& platform);
 
   // out[rows, cols] = a[rows, k] . w.w[cols, k]^T (+ w.b when it has one)
   void linear(const void* a, const Linear& w, void* out, int64_t rows, int64_t cols, int64_t k,
@@ -84,7 +84,7 @@ class WhisperModel {
   // 64 or 128) rather than varlen attention.
   bool encoder_attention_on_tensor_cores() const;
 
-  WhisperConfig config_;
+  checkpoint::WhisperConfig config_;
   platform::Platform& platform_;
   Tensor conv1_w_, conv1_b_, conv2_w_, conv2_b_;
   Tensor encoder_positions_;  // [max_source_positions, d_model]

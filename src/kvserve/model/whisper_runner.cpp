@@ -1,17 +1,11 @@
 #include "kvserve/model/whisper_runner.h"
 
+#include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/common.h"
-#include "kvserve/model/weights.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::model {
-namespace {
-
-// Extra req_to_token columns beyond a full row (SGLang: +4 for speculative slack).
-constexpr int32_t kContextSlack = 4;
-
-}  // namespace
 
 WhisperRunner::~WhisperRunner() = default;
 
@@ -24,70 +18,45 @@ Result<std::unique_ptr<WhisperRunner>> WhisperRunner::create(const std::filesyst
     return invalid_argument("--max-running-requests must be positive, got {}",
                             o.max_running_requests);
   }
+  KV_ASSIGN_OR_RETURN(const checkpoint::WhisperConfig config, checkpoint::load_whisper_config(dir));
+  ModelRunnerOptions ro;
+  KV_ASSIGN_OR_RETURN(ro.device, platform::parse_device(o.device));
+  ro.page_size = o.page_size;
+  if (!o.attention_backend.empty()) {
+    KV_ASSIGN_OR_RETURN(ro.attention_backend,
+                        attention::parse_attention_backend(o.attention_backend));
+  }
+  ro.encoder_kv_layout = o.layout;
+  ro.max_running_requests = o.max_running_requests;
+  ro.device_pool = o.device_pool;
+  ro.kernel_switches = o.kernel_switches;
+  ro.disable_cuda_graph = true;
+  // 0: every row filled (encoder region + max_target_positions), in whole pages.
+  ro.max_total_tokens = o.max_total_tokens;
+  if (ro.max_total_tokens <= 0) {
+    const int64_t row_len =
+        mem::encoder_reserved_len(config.max_source_positions, o.page_size, o.layout) +
+        config.max_target_positions;
+    ro.max_total_tokens = int64_t{o.max_running_requests} * mem::ceil_align(row_len, o.page_size);
+  }
   std::unique_ptr<WhisperRunner> r(new WhisperRunner());
+  // ModelRunner::create checks the model and the layout against the backend's capabilities
+  // (attention/capabilities.h) before anything is loaded.
+  KV_ASSIGN_OR_RETURN(r->runner_, ModelRunner::create(dir, ro));
+  if (!r->runner_->is_encoder_decoder()) {
+    return invalid_argument("{}: not a Whisper checkpoint", dir.string());
+  }
   r->options_ = o;
-  KV_ASSIGN_OR_RETURN(const Device device, platform::parse_device(o.device));
-  std::string& backend = r->options_.attention_backend;
-  if (backend.empty()) {
-    backend = attention::default_attention_backend(device);
-    if (!device.is_cpu() && o.layout == mem::EncoderKvLayout::kRagged && o.page_size > 1) {
-      backend = "cuda-ragged";
-    }
-  }
-  if (backend == "cuda-paged" && o.layout == mem::EncoderKvLayout::kRagged && o.page_size > 1) {
-    return invalid_argument(
-        "--attention-backend cuda-paged reads whole pages, but the ragged encoder KV layout "
-        "starts the decoder region inside a page (page size {}): use cuda-ragged or the aligned "
-        "layout",
-        o.page_size);
-  }
-  KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
-  // Before anything is allocated: weights, KV cache and activations all come from the pool.
-  KV_RETURN_IF_ERROR(platform::reserve_device_pool(*r->platform_, o.device_pool));
-  KV_ASSIGN_OR_RETURN(const WhisperConfig config, load_whisper_config(dir));
-  KV_ASSIGN_OR_RETURN(r->generation_, load_whisper_generation_config(dir));
-  KV_ASSIGN_OR_RETURN(auto weights, WeightStore::open(dir));
-  KV_ASSIGN_OR_RETURN(r->model_, WhisperModel::load(config, *weights, *r->platform_));
-  KV_ASSIGN_OR_RETURN(r->backend_, attention::create_attention_backend(backend, *r->platform_));
-
-  // A full row: the encoder region (page-aligned in the aligned layout) and every decoder
-  // position; in whole pages, since the allocator hands out pages.
-  const int64_t row_len =
-      r->encoder_reserved_len(config.max_source_positions) + config.max_target_positions;
-  int64_t tokens = o.max_total_tokens;
-  if (tokens <= 0) tokens = int64_t{o.max_running_requests} * mem::ceil_align(row_len, o.page_size);
-  tokens = mem::floor_align(tokens, o.page_size);
-  if (tokens < o.page_size) return out_of_memory("no room for a KV cache: {} tokens", tokens);
-  const mem::KvPoolConfig pool{.num_layers = config.decoder_layers,
-                               .num_kv_heads = config.decoder_attention_heads,
-                               .head_dim = config.decoder_head_dim(),
-                               .size = tokens,
-                               .page_size = o.page_size,
-                               .dtype = r->model_->dtype()};
-  KV_ASSIGN_OR_RETURN(r->kv_pool_, mem::MHATokenToKVPool::create(*r->platform_, pool));
-  r->allocator_ = mem::make_allocator(tokens, o.page_size);
-  r->req_to_token_ = std::make_unique<mem::ReqToTokenPool>(
-      o.max_running_requests, static_cast<int32_t>(row_len) + kContextSlack);
-  r->cache_ = std::make_unique<mem::ChunkCache>(*r->req_to_token_, *r->allocator_);
-  if (!r->platform_->device().is_cpu()) {
-    // The device attention backends read rows, encoder region included, through this mirror.
-    KV_ASSIGN_OR_RETURN(r->req_to_token_device_,
-                        mem::DeviceReqToToken::create(*r->platform_, *r->req_to_token_));
-  }
+  r->options_.attention_backend = std::string(r->runner_->backend().name());
+  r->memory_.emplace(r->runner_->kv_shape(), mem::PrefixCacheKind::kChunk);
   return r;
 }
 
-int32_t WhisperRunner::encoder_reserved_len(int32_t encoder_len) const {
-  return mem::encoder_reserved_len(encoder_len, options_.page_size, options_.layout);
-}
-
-void WhisperRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
-                            const void* encoder_hidden) {
-  batch.req_to_token = req_to_token_.get();
-  batch.req_to_token_device = req_to_token_device_.get();
-  batch.kv_pool = kv_pool_.get();
-  backend_->init_forward_metadata(batch);
-  model_->forward(batch, *backend_, logits, encoder_hidden);
+Status WhisperRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits,
+                              const void* encoder_hidden) {
+  KV_CHECK(batch.req_to_token == &memory_->req_to_token(), "a batch of this runner's table");
+  if (encoder_hidden == nullptr) return runner_->forward(batch, logits);
+  return runner_->forward_encoded(batch, logits, encoder_hidden);
 }
 
 }  // namespace kvserve::model

@@ -8,6 +8,9 @@
 namespace kvserve::platform {
 
 Result<Buffer> Platform::allocate_buffer(size_t bytes) {
+  if (faults_ != nullptr && faults_->should_fail(bytes)) [[unlikely]] {
+    return out_of_memory("{}: cannot allocate {} bytes (injected fault)", name(), bytes);
+  }
   KV_ASSIGN_OR_RETURN(void* ptr, allocate(bytes));
   return Buffer(ptr, bytes, device(), this);
 }

@@ -29,8 +29,10 @@
 
 #include "kvserve/core/status.h"
 #include "kvserve/core/tensor.h"
+#include "kvserve/platform/allocation_faults.h"
 #include "kvserve/platform/device_arena.h"
 #include "kvserve/platform/handles.h"
+#include "kvserve/platform/kernel_switches.h"
 
 namespace kvserve::platform {
 
@@ -82,12 +84,23 @@ class Platform : public MemoryResource {
   virtual void deallocate_host(void* ptr, size_t bytes) = 0;
   virtual MemoryInfo memory_info() const = 0;
 
-  // Owned device memory, returned to this platform when the Buffer dies.
+  // Owned device memory, returned to this platform when the Buffer dies. kOutOfMemory also when
+  // an installed AllocationFaults says so (tests: allocation_faults.h).
   Result<Buffer> allocate_buffer(size_t bytes);
   // An owned tensor of this platform (uninitialised; zeroed with `zero`).
   Result<Tensor> empty(DType dtype, std::span<const int64_t> shape, bool zero = false);
   Result<Tensor> empty(DType dtype, std::initializer_list<int64_t> shape, bool zero = false) {
     return empty(dtype, std::span<const int64_t>(shape.begin(), shape.size()), zero);
+  }
+
+  // The CUDA kernels' A/B switches (kernel_switches.h) this platform's ops, backends and models
+  // follow; the defaults until a runner sets the ones its options carry (once, at creation).
+  const KernelSwitches& kernel_switches() const { return switches_; }
+  void set_kernel_switches(const KernelSwitches& switches) { switches_ = switches; }
+
+  // Tests: the fault injector allocate_buffer consults (null: none, the default).
+  void set_allocation_faults(std::shared_ptr<AllocationFaults> faults) {
+    faults_ = std::move(faults);
   }
 
   // --- copies (asynchronous with respect to the host on device platforms) ---------------------
@@ -137,6 +150,8 @@ class Platform : public MemoryResource {
 
  private:
   StreamHandle current_stream_;
+  KernelSwitches switches_;
+  std::shared_ptr<AllocationFaults> faults_;
 };
 
 // RAII owners for streams and events.

@@ -9,7 +9,10 @@ std::string ApiError::body() const {
                       {"type", type},
                       {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
                       {"code", code.empty() ? nlohmann::json(status) : nlohmann::json(code)}};
-  return nlohmann::json{{"error", e}}.dump();
+  // A message may quote client bytes (a path, a header): invalid UTF-8 becomes U+FFFD instead of
+  // an exception.
+  return nlohmann::json{{"error", e}}.dump(-1, ' ', false,
+                                           nlohmann::json::error_handler_t::replace);
 }
 
 ApiError bad_request(std::string message, std::string param) {

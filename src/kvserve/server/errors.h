@@ -13,6 +13,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // the offending field, when there is one
   std::string code;
+  int retry_after_s = 0;  // > 0: sent as Retry-After (a 503 the client may retry)
 
   std::string body() const;  // the JSON document
 };

@@ -13,6 +13,8 @@
 
 #include "kvserve/core/logging.h"
 #include "kvserve/core/version.h"
+#include "kvserve/server/api_key.h"
+#include "kvserve/server/http_transport.h"
 #include "kvserve/server/responses.h"
 
 namespace kvserve::server {
@@ -25,12 +27,14 @@ constexpr auto kPoll = milliseconds(50);  // how often a waiting handler checks 
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
+  if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
   res.set_content(e.body(), "application/json");
 }
 
 void send_json(httplib::Response& res, const ordered_json& j) {
   res.status = 200;
-  res.set_content(j.dump(), "application/json");
+  res.set_content(j.dump(-1, ' ', false, ordered_json::error_handler_t::replace),
+                  "application/json");
 }
 
 // Streams `job` as server-sent events. `on_event` renders each event into SSE text; `finish`
@@ -65,7 +69,10 @@ void stream_job(
       });
 }
 
-// Waits for the whole job (checking that the client is still there), then sends `render()`.
+// Waits for the whole job (checking that the client is still there), then sends `render()`, or
+// the OpenAI-style error of a choice the engine failed (FinishKind::kError). The headers leave
+// with the first byte, before the engine has answered, so that error goes with status 200: its
+// body is the error document clients parse.
 void respond_when_done(httplib::Response& res, std::shared_ptr<Job> job,
                        std::function<ordered_json()> render) {
   res.set_chunked_content_provider(
@@ -78,7 +85,8 @@ void respond_when_done(httplib::Response& res, std::shared_ptr<Job> job,
           }
           job->poll(kPoll, [](size_t, const std::string&, const engine::StreamEvent&) {});
         }
-        const std::string body = render().dump();
+        const std::optional<ApiError> failed = job_error(*job);
+        const std::string body = failed ? failed->body() : render().dump();
         if (!sink.write(body.data(), body.size())) return false;
         sink.done();
         return true;
@@ -122,19 +130,29 @@ void widen_listen_backlog(int port) {
 
 }  // namespace
 
+std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& options) {
+  TransportOptions t;
+  t.framing.max_body_bytes = options.max_body_bytes;
+  t.framing.max_head_bytes = options.max_head_bytes;
+  t.max_connections = options.max_connections;
+  t.header_timeout = std::chrono::seconds(options.header_timeout_s);
+  t.keep_alive_timeout = std::chrono::seconds(options.keep_alive_timeout_s);
+  t.read_timeout = std::chrono::seconds(options.read_timeout_s);
+  t.write_timeout = std::chrono::seconds(options.write_timeout_s);
+  return std::make_unique<HardenedServer>(t);
+}
+
 void configure_http_server(httplib::Server& s, const ServerOptions& options) {
-  const int threads = options.http_threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(options.max_body_bytes);
   s.set_read_timeout(options.read_timeout_s, 0);
-  s.set_keep_alive_max_count(10000);
+  s.set_write_timeout(options.write_timeout_s, 0);
 
   // Authentication: everything but /health needs the key.
   s.set_pre_routing_handler(
       [key = options.api_key](const httplib::Request& req, httplib::Response& res) {
         if (key.empty() || req.path == "/health")
           return httplib::Server::HandlerResponse::Unhandled;
-        if (req.get_header_value("Authorization") == "Bearer " + key) {
+        if (api_key_matches(req.get_header_value("Authorization"), key)) {
           return httplib::Server::HandlerResponse::Unhandled;
         }
         send_error(res, {401, "invalid API key (send Authorization: Bearer <key>)",
@@ -152,18 +170,26 @@ void configure_http_server(httplib::Server& s, const ServerOptions& options) {
     const char* type = res.status >= 500 ? "internal_error" : "invalid_request_error";
     res.set_content(ApiError{res.status, msg, type, "", ""}.body(), "application/json");
   });
-  s.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown error";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        KV_LOG_ERROR("handler failed: {}", what);
-        send_error(res, {500, "internal error: " + what, "internal_error", "", ""});
-      });
+  // A handler that throws is a bug; the client still gets an OpenAI-style error without the
+  // library's text: a JSON access that did not fit the document (a field of an unexpected type)
+  // is the request's fault (400), running out of memory is 503, anything else 500.
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
+                             std::exception_ptr ep) {
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const nlohmann::json::exception& e) {
+      KV_LOG_WARN("{} {}: JSON access failed: {}", req.method, req.path, e.what());
+      return send_error(res, bad_request("a field of the request has an unexpected type"));
+    } catch (const std::bad_alloc&) {
+      KV_LOG_ERROR("{} {}: out of memory", req.method, req.path);
+      return send_error(res, {503, "the server is out of memory", "service_unavailable", "", ""});
+    } catch (const std::exception& e) {
+      KV_LOG_ERROR("{} {}: handler failed: {}", req.method, req.path, e.what());
+    } catch (...) {
+      KV_LOG_ERROR("{} {}: handler failed", req.method, req.path);
+    }
+    send_error(res, {500, "internal error", "internal_error", "", ""});
+  });
 }
 
 Result<int> bind_http_server(httplib::Server& s, const ServerOptions& options) {
@@ -180,7 +206,10 @@ Result<int> bind_http_server(httplib::Server& s, const ServerOptions& options) {
 }
 
 HttpServer::HttpServer(engine::Engine& engine, ServerOptions options)
-    : engine_(engine), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+    : engine_(engine),
+      options_(std::move(options)),
+      http_(make_http_server(options_)),
+      admission_(engine_, options_.max_queued_requests) {
   model_name_ =
       options_.served_model_name.empty() ? engine_.model_name() : options_.served_model_name;
   install_routes();
@@ -201,6 +230,17 @@ void HttpServer::run() {
 
 void HttpServer::stop() {
   if (http_) http_->stop();
+}
+
+std::variant<std::shared_ptr<Job>, ApiError> HttpServer::start_job(
+    const std::vector<GenerationSpec>& specs, int32_t n, const std::vector<std::string>& rids) {
+  auto admitted = admission_.admit(static_cast<int64_t>(specs.size()) * n);
+  if (auto* e = std::get_if<ApiError>(&admitted)) return *e;
+  auto started = Job::start(engine_, specs, n, rids);
+  if (auto* e = std::get_if<ApiError>(&started)) return *e;
+  std::shared_ptr<Job> job = std::move(std::get<std::unique_ptr<Job>>(started));
+  job->admission = std::get<Admission::Ticket>(std::move(admitted));
+  return job;
 }
 
 void HttpServer::install_routes() {
@@ -267,7 +307,7 @@ void HttpServer::install_routes() {
               {{"version", kVersion},
                {"model_path", o.model_path.string()},
                {"served_model_name", model_name_},
-               {"device", o.runner.device},
+               {"device", o.runner.device.to_string()},
                {"context_length", engine_.context_len()},
                {"max_total_num_tokens", engine_.max_total_tokens()},
                {"max_running_requests", engine_.max_running_requests()},
@@ -290,6 +330,7 @@ void HttpServer::install_routes() {
                {"engine_time",
                 {{"prefill_batches", st.scheduler.prefill_batches},
                  {"decode_steps", st.scheduler.decode_steps},
+                 {"failed_batches", st.scheduler.failed_batches},
                  {"step_seconds", st.scheduler.step_seconds},
                  {"forward_seconds", st.scheduler.forward_seconds},
                  {"sample_seconds", st.scheduler.sample_seconds},
@@ -319,13 +360,16 @@ void HttpServer::install_routes() {
     auto parsed = parse_generate(std::get<json>(body), limits);
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
     auto r = std::get<NativeGenerateRequest>(std::move(parsed));
-    auto started = Job::start(engine_, r.items, 1, r.rids);
+    auto started = start_job(r.items, 1, r.rids);
     if (auto* e = std::get_if<ApiError>(&started)) return send_error(res, *e);
-    std::shared_ptr<Job> job = std::move(std::get<std::unique_ptr<Job>>(started));
+    std::shared_ptr<Job> job = std::move(std::get<std::shared_ptr<Job>>(started));
     if (r.stream) {
       stream_job(
           res, job,
-          [job](size_t i, const std::string&, const engine::StreamEvent&) {
+          [job](size_t i, const std::string&, const engine::StreamEvent& e) {
+            if (e.finished && e.finish.kind == engine::FinishKind::kError) {
+              return sse_error(engine_error(e.finish));
+            }
             return native_stream_event(*job, job->choices()[i], i);
           },
           [] { return std::string(kSseDone); });
@@ -347,9 +391,9 @@ void HttpServer::install_routes() {
     auto parsed = parse_completion(std::get<json>(body), limits);
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
     auto r = std::make_shared<CompletionRequest>(std::get<CompletionRequest>(std::move(parsed)));
-    auto started = Job::start(engine_, r->prompts, r->n);
+    auto started = start_job(r->prompts, r->n);
     if (auto* e = std::get_if<ApiError>(&started)) return send_error(res, *e);
-    std::shared_ptr<Job> job = std::move(std::get<std::unique_ptr<Job>>(started));
+    std::shared_ptr<Job> job = std::move(std::get<std::shared_ptr<Job>>(started));
     const std::string id = new_id("cmpl");
     const std::string model = r->model.empty() ? model_name_ : r->model;
     const tokenizer::Tokenizer* tok = engine_.tokenizer();
@@ -368,6 +412,9 @@ void HttpServer::install_routes() {
             (*echoed)[i] = true;
             text = job->specs()[job->choices()[i].spec].prompt_text + text;
           }
+          if (e.finished && e.finish.kind == engine::FinishKind::kError) {
+            return sse_error(engine_error(e.finish));
+          }
           const char* fr = e.finished ? e.finish.openai_name() : nullptr;
           if (text.empty() && !fr) return std::string();
           return sse(completion_chunk(id, model, job->created_unix(), i, text, fr));
@@ -385,9 +432,9 @@ void HttpServer::install_routes() {
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
     auto r =
         std::make_shared<ChatCompletionRequest>(std::get<ChatCompletionRequest>(std::move(parsed)));
-    auto started = Job::start(engine_, {r->spec}, r->n);
+    auto started = start_job({r->spec}, r->n);
     if (auto* e = std::get_if<ApiError>(&started)) return send_error(res, *e);
-    std::shared_ptr<Job> job = std::move(std::get<std::unique_ptr<Job>>(started));
+    std::shared_ptr<Job> job = std::move(std::get<std::shared_ptr<Job>>(started));
     const std::string id = new_id("chatcmpl");
     const std::string model = r->model.empty() ? model_name_ : r->model;
     const tokenizer::Tokenizer* tok = engine_.tokenizer();
@@ -418,7 +465,9 @@ void HttpServer::install_routes() {
             out += sse(
                 chat_chunk(id, model, job->created_unix(), i, {{"content", delta}}, nullptr, lp));
           }
-          if (e.finished) {
+          if (e.finished && e.finish.kind == engine::FinishKind::kError) {
+            out += sse_error(engine_error(e.finish));
+          } else if (e.finished) {
             out += sse(chat_chunk(id, model, job->created_unix(), i, ordered_json::object(),
                                   e.finish.openai_name()));
           }

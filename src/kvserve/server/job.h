@@ -48,6 +48,9 @@ class Job {
   double seconds() const;
   int64_t created_unix() const { return created_; }
 
+  // The job's places under --max-queued-requests (server/admission.h), held while it lives.
+  std::shared_ptr<void> admission;
+
  private:
   explicit Job(engine::Engine& engine) : engine_(engine) {}
 

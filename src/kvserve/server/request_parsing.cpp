@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <limits>
+#include <string_view>
 
 #include "kvserve/tokenizer/utf8.h"
 
@@ -160,9 +163,176 @@ Error tokenize_text(const std::string& text, const ModelLimits& m, bool add_spec
   return std::nullopt;
 }
 
+// OpenAI's message roles.
+bool known_role(const std::string& role) {
+  return role == "system" || role == "developer" || role == "user" || role == "assistant" ||
+         role == "tool" || role == "function";
+}
+
+// One chat message, checked as OpenAI checks it (a known role; content a string, or a non-empty
+// list of parts; null only for an assistant; tool messages name their call), with its content
+// parts flattened to one string as SGLang does for text-only models: the text parts joined with
+// spaces. Other part types (images, audio, files) need a multimodal model: 400.
+Error normalize_message(const json& msg, size_t index, json& out) {
+  const std::string where = fmt::format("messages[{}]", index);
+  if (!msg.is_object()) return bad_request(fmt::format("'{}' must be an object", where), where);
+  const auto role = msg.find("role");
+  if (role == msg.end() || !role->is_string()) {
+    return bad_request(fmt::format("'{}.role' must be a string", where), where + ".role");
+  }
+  const std::string r = role->get<std::string>();
+  if (!known_role(r)) {
+    return bad_request(fmt::format("'{}.role' must be one of 'system', 'developer', 'user', "
+                                   "'assistant', 'tool' and 'function'",
+                                   where),
+                       where + ".role");
+  }
+  out = json::object();
+  for (const auto& [key, value] : msg.items()) {
+    if (!value.is_null()) out[key] = value;  // SGLang drops null fields
+  }
+  const std::string content_key = where + ".content";
+  const auto c = msg.find("content");
+  if (c == msg.end() || c->is_null()) {
+    if (r != "assistant") {
+      return bad_request(fmt::format("'{}' is required for role '{}'", content_key, r),
+                         content_key);
+    }
+    return std::nullopt;
+  }
+  if (c->is_string()) {
+    if (!valid_utf8(c->get<std::string>())) {
+      return bad_request("message content is not valid UTF-8", content_key);
+    }
+  } else if (c->is_array()) {
+    if (c->empty()) {
+      return bad_request(fmt::format("'{}' must not be an empty list", content_key), content_key);
+    }
+    std::string text;
+    for (size_t k = 0; k < c->size(); ++k) {
+      const json& part = (*c)[k];
+      const std::string part_key = fmt::format("{}[{}]", content_key, k);
+      const auto type = part.is_object() ? part.find("type") : part.end();
+      if (!part.is_object() || type == part.end() || !type->is_string()) {
+        return bad_request(fmt::format("'{}' must be an object with a string 'type'", part_key),
+                           part_key);
+      }
+      if (*type != "text") {
+        return ApiError{400,
+                        fmt::format("'{}.type' is '{}': this model takes text only", part_key,
+                                    type->get<std::string>()),
+                        "invalid_request_error", part_key + ".type", "unsupported"};
+      }
+      const auto t = part.find("text");
+      if (t == part.end() || !t->is_string()) {
+        return bad_request(fmt::format("'{}.text' must be a string", part_key), part_key + ".text");
+      }
+      if (!valid_utf8(t->get<std::string>())) {
+        return bad_request("message content is not valid UTF-8", part_key + ".text");
+      }
+      if (k > 0) text += ' ';
+      text += t->get<std::string>();
+    }
+    out["content"] = text;
+  } else {
+    return bad_request(fmt::format("'{}' must be a string or a list of content parts", content_key),
+                       content_key);
+  }
+  if (r == "tool") {
+    const auto id = msg.find("tool_call_id");
+    if (id == msg.end() || !id->is_string()) {
+      return bad_request(fmt::format("'{}.tool_call_id' must be a string", where),
+                         where + ".tool_call_id");
+    }
+  }
+  return std::nullopt;
+}
+
+// OpenAI's function name rule: 1-64 of a-z, A-Z, 0-9, '_' and '-'.
+bool valid_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+  });
+}
+
+// 'tools' as OpenAI checks it: a list of {"type": "function", "function": {"name", optional
+// "description" string, optional "parameters" object, optional "strict" boolean}}.
+Error validate_tools(const json& o) {
+  const auto tools = o.find("tools");
+  if (tools == o.end() || tools->is_null()) return std::nullopt;
+  if (!tools->is_array()) return bad_request("'tools' must be a list", "tools");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& tool = (*tools)[i];
+    const std::string where = fmt::format("tools[{}]", i);
+    if (!tool.is_object()) return bad_request(fmt::format("'{}' must be an object", where), where);
+    const auto type = tool.find("type");
+    if (type == tool.end() || !type->is_string() || *type != "function") {
+      return bad_request(fmt::format("'{}.type' must be 'function'", where), where + ".type");
+    }
+    const auto fn = tool.find("function");
+    if (fn == tool.end() || !fn->is_object()) {
+      return bad_request(fmt::format("'{}.function' must be an object", where),
+                         where + ".function");
+    }
+    const auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || !valid_function_name(name->get<std::string>())) {
+      return bad_request(
+          fmt::format("'{}.function.name' must be 1-64 letters, digits, '_' or '-'", where),
+          where + ".function.name");
+    }
+    const auto desc = fn->find("description");
+    if (desc != fn->end() && !desc->is_null() && !desc->is_string()) {
+      return bad_request(fmt::format("'{}.function.description' must be a string", where),
+                         where + ".function.description");
+    }
+    const auto params = fn->find("parameters");
+    if (params != fn->end() && !params->is_null() && !params->is_object()) {
+      return bad_request(fmt::format("'{}.function.parameters' must be an object", where),
+                         where + ".function.parameters");
+    }
+    const auto strict = fn->find("strict");
+    if (strict != fn->end() && !strict->is_null() && !strict->is_boolean()) {
+      return bad_request(fmt::format("'{}.function.strict' must be a boolean", where),
+                         where + ".function.strict");
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
+size_t json_nesting_depth(std::string_view text, size_t stop_above) {
+  size_t depth = 0;
+  size_t deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > stop_above) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 Parsed<json> parse_json_body(const std::string& body) {
+  // Checked before parsing: the JSON library parses any depth, but copying, comparing, dumping
+  // and the chat template recurse once per level (100,000 levels overflow the stack).
+  if (json_nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth) {
+    return bad_request(fmt::format(
+        "the request body nests deeper than {} levels of arrays and objects", kMaxJsonDepth));
+  }
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad_request("the request body is not valid JSON");
   if (!j.is_object()) return bad_request("the request body must be a JSON object");
@@ -353,7 +523,8 @@ Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLi
     KV_API_TRY(read_bool(*it, "include_usage", req.include_usage));
   }
   if (const auto it = o.find("response_format"); it != o.end() && !it->is_null()) {
-    if (!it->is_object() || it->value("type", "") != "text") {
+    const auto type = it->is_object() ? it->find("type") : it->end();
+    if (!it->is_object() || type == it->end() || !type->is_string() || *type != "text") {
       return ApiError{400, "only response_format {\"type\": \"text\"} is supported",
                       "invalid_request_error", "response_format", "unsupported"};
     }
@@ -366,18 +537,13 @@ Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLi
   if (msgs == o.end() || !msgs->is_array() || msgs->empty()) {
     return bad_request("'messages' must be a non-empty list", "messages");
   }
-  for (const auto& msg : *msgs) {
-    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
-      return bad_request("each message needs a string 'role'", "messages");
-    }
-    const auto c = msg.find("content");
-    if (c != msg.end() && !c->is_null() && !c->is_string() && !c->is_array()) {
-      return bad_request("message 'content' must be a string or a list of parts", "messages");
-    }
-    if (c != msg.end() && c->is_string() && !valid_utf8(c->get<std::string>())) {
-      return bad_request("message content is not valid UTF-8", "messages");
-    }
+  json messages = json::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    json msg;
+    KV_API_TRY(normalize_message((*msgs)[i], i, msg));
+    messages.push_back(std::move(msg));
   }
+  KV_API_TRY(validate_tools(o));
   if (m.tokenizer == nullptr || m.chat_template == nullptr) {
     return bad_request("this model has no chat template; use /v1/completions", "messages");
   }
@@ -390,7 +556,7 @@ Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLi
   context["bos_token"] = token_text(m.tokenizer->bos_token_id());
   context["eos_token"] = token_text(m.tokenizer->eos_token_id());
   if (o.contains("tools") && !o["tools"].is_null()) context["tools"] = o["tools"];
-  auto rendered = m.chat_template->render(*msgs, /*add_generation_prompt=*/true, context);
+  auto rendered = m.chat_template->render(messages, /*add_generation_prompt=*/true, context);
   if (!rendered.is_ok()) return bad_request(rendered.status().message(), "messages");
   g.prompt_text = *rendered;
   g.input_ids = m.tokenizer->encode(*rendered, /*add_special_tokens=*/false);
@@ -402,7 +568,7 @@ Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLi
   return req;
 }
 
-engine::SamplingParams model_sampling_defaults(const model::GenerationConfig& g) {
+engine::SamplingParams model_sampling_defaults(const checkpoint::GenerationConfig& g) {
   engine::SamplingParams sp;
   if (g.temperature) sp.temperature = static_cast<float>(*g.temperature);
   if (g.top_p) sp.top_p = static_cast<float>(*g.top_p);

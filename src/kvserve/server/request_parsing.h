@@ -7,11 +7,12 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
+#include "kvserve/checkpoint/config.h"
 #include "kvserve/engine/sampling_params.h"
-#include "kvserve/model/config.h"
 #include "kvserve/server/errors.h"
 #include "kvserve/tokenizer/chat_template.h"
 #include "kvserve/tokenizer/tokenizer.h"
@@ -31,7 +32,7 @@ struct ModelLimits {
 
 // SGLang's --sampling-defaults model: temperature, top_p, top_k, min_p and repetition_penalty
 // from generation_config.json where it sets them (do_sample is not consulted, as in SGLang).
-engine::SamplingParams model_sampling_defaults(const model::GenerationConfig& g);
+engine::SamplingParams model_sampling_defaults(const checkpoint::GenerationConfig& g);
 
 // One engine submission.
 struct GenerationSpec {
@@ -73,6 +74,13 @@ struct ChatCompletionRequest {
 template <typename T>
 using Parsed = std::variant<T, ApiError>;
 
+// Request bodies nest at most this deep (arrays and objects); deeper is a 400 before parsing.
+inline constexpr size_t kMaxJsonDepth = 64;
+// The deepest nesting of arrays and objects in JSON text (strings skipped), counting stops once
+// it passes `stop_above`. Used on bodies before parsing them; needs no valid JSON.
+size_t json_nesting_depth(std::string_view text, size_t stop_above);
+
+// Bounds the nesting depth (kMaxJsonDepth), then parses; a 400 unless a valid JSON object.
 Parsed<nlohmann::json> parse_json_body(const std::string& body);
 Parsed<NativeGenerateRequest> parse_generate(const nlohmann::json& body, const ModelLimits& m);
 Parsed<CompletionRequest> parse_completion(const nlohmann::json& body, const ModelLimits& m);

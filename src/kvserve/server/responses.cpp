@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdio>
 #include <iterator>
 
 #include <random>
+
+#include "kvserve/tokenizer/byte_level.h"
 
 namespace kvserve::server {
 namespace {
@@ -14,6 +17,10 @@ std::string piece(const tokenizer::Tokenizer* tok, int32_t id) {
   if (tok == nullptr) return std::to_string(id);
   const int32_t one[1] = {id};
   return tok->decode(one, /*skip_special_tokens=*/false);
+}
+
+bool has_replacement_character(const std::string& s) {
+  return s.find("\xEF\xBF\xBD") != std::string::npos;
 }
 
 ordered_json bytes_of(const std::string& s) {
@@ -25,8 +32,42 @@ ordered_json bytes_of(const std::string& s) {
 
 }  // namespace
 
+std::string token_bytes(const tokenizer::Tokenizer* tok, int32_t id) {
+  std::string text = piece(tok, id);
+  if (tok == nullptr || !has_replacement_character(text)) return text;
+  // Decoding one token replaced bytes that are not UTF-8 by themselves (part of a character):
+  // take them from the vocabulary entry, "<0xNN>" (byte fallback) or a byte-level string.
+  const std::optional<std::string> token = tok->id_to_token(id);
+  if (!token) return text;
+  unsigned byte = 0;
+  if (token->size() == 6 && token->starts_with("<0x") && token->back() == '>' &&
+      std::sscanf(token->c_str() + 3, "%2x", &byte) == 1) {
+    return std::string(1, static_cast<char>(byte));
+  }
+  std::string raw;
+  tokenizer::append_bytes_of_token(raw, *token);
+  return raw;
+}
+
 std::string sse(const ordered_json& j) {
-  return "data: " + j.dump() + "\n\n";
+  return "data: " + j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n\n";
+}
+
+ApiError engine_error(const engine::FinishReason& finish) {
+  return {503, finish.message, "service_unavailable", "", ""};
+}
+
+std::optional<ApiError> job_error(const Job& job) {
+  for (const Choice& c : job.choices()) {
+    if (c.output->finished() && c.output->finish().kind == engine::FinishKind::kError) {
+      return engine_error(c.output->finish());
+    }
+  }
+  return std::nullopt;
+}
+
+std::string sse_error(const ApiError& e) {
+  return "data: " + e.body() + "\n\n";
 }
 
 std::string new_id(const char* prefix) {
@@ -46,6 +87,8 @@ ordered_json native_finish_reason(const OutputCollector& o) {
       return {{"type", "length"}, {"length", o.completion_tokens()}};
     case engine::FinishKind::kAbort:
       return {{"type", "abort"}, {"message", f.message}};
+    case engine::FinishKind::kError:
+      return {{"type", "error"}, {"message", f.message}};
     case engine::FinishKind::kNone:
       break;
   }
@@ -204,11 +247,13 @@ ordered_json chat_logprobs(const tokenizer::Tokenizer* tok, const std::vector<in
     if (k < top.size()) {
       for (const auto& [tid, v] : top[k]) {
         const std::string tp = piece(tok, tid);
-        tops.push_back({{"token", tp}, {"logprob", v}, {"bytes", bytes_of(tp)}});
+        tops.push_back({{"token", tp}, {"logprob", v}, {"bytes", bytes_of(token_bytes(tok, tid))}});
       }
     }
-    content.push_back(
-        {{"token", p}, {"logprob", lps[k]}, {"bytes", bytes_of(p)}, {"top_logprobs", tops}});
+    content.push_back({{"token", p},
+                       {"logprob", lps[k]},
+                       {"bytes", bytes_of(token_bytes(tok, ids[k]))},
+                       {"top_logprobs", tops}});
   }
   return {{"content", content}};
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "kvserve/server/job.h"
@@ -46,5 +47,17 @@ std::string openai_stream_end(const Job& job, bool include_usage, const std::str
                               const std::string& model, const char* object);
 
 std::string new_id(const char* prefix);
+
+// A request the engine failed (FinishKind::kError: e.g. its batch's forward could not grow a
+// device buffer) as an OpenAI-style error (503 service_unavailable: the server goes on, a retry
+// may succeed); null when no choice of `job` ended so.
+std::optional<ApiError> job_error(const Job& job);
+// The same for one finished stream event, and its SSE form ("data: {"error": {...}}\n\n").
+ApiError engine_error(const engine::FinishReason& finish);
+std::string sse_error(const ApiError& e);
+// The raw bytes a token stands for (OpenAI's logprob "bytes"): its decoded text, or, when that
+// is not UTF-8 on its own (a byte-level or byte-fallback token holding part of a character), the
+// bytes of its vocabulary entry. Without a tokenizer: the id as text.
+std::string token_bytes(const tokenizer::Tokenizer* tok, int32_t id);
 
 }  // namespace kvserve::server

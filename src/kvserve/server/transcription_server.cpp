@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <charconv>
+#include <chrono>
+#include <climits>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -57,7 +60,7 @@ std::optional<std::string> field(const httplib::Request& req, const char* name) 
 
 // The form's text fields; an error names the field.
 std::optional<ApiError> parse_fields(const httplib::Request& req, const std::string& model_name,
-                                     const model::WhisperTranscriber& t, TranscriptionRequest& r) {
+                                     const model::WhisperFrontEnd& t, TranscriptionRequest& r) {
   if (auto model = field(req, "model"); model && *model != model_name) {
     return ApiError{
         404,
@@ -108,6 +111,27 @@ std::optional<ApiError> parse_fields(const httplib::Request& req, const std::str
   return std::nullopt;
 }
 
+// Waits for a request's tokens (a final eos included); an abort (shutdown) or a failed batch
+// (FinishKind::kError) is kUnavailable (503: a retry may succeed).
+Result<std::vector<int32_t>> wait_tokens(engine::RequestStream& stream) {
+  std::vector<int32_t> tokens;
+  std::deque<engine::StreamEvent> events;
+  while (true) {
+    if (!stream.pop_all(events, std::chrono::milliseconds(1000))) continue;
+    for (engine::StreamEvent& e : events) {
+      tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      if (!e.finished) continue;
+      if (e.finish.kind == engine::FinishKind::kAbort) {
+        return unavailable("the transcription was aborted: {}", e.finish.message);
+      }
+      if (e.finish.kind == engine::FinishKind::kError) {  // its batch failed; the engine goes on
+        return unavailable("the transcription failed: {}", e.finish.message);
+      }
+      return tokens;
+    }
+  }
+}
+
 ordered_json verbose_json(const TranscriptionRequest& r, double seconds, const std::string& text,
                           const std::vector<int32_t>& tokens) {
   ordered_json segment = {{"id", 0},
@@ -126,12 +150,16 @@ ordered_json verbose_json(const TranscriptionRequest& r, double seconds, const s
 
 }  // namespace
 
-TranscriptionServer::TranscriptionServer(TranscriptionService& service, std::string model_path,
-                                         ServerOptions options)
-    : service_(service),
+TranscriptionServer::TranscriptionServer(engine::Engine& engine,
+                                         const model::WhisperFrontEnd& front_end,
+                                         std::string model_path, ServerOptions options,
+                                         int32_t max_new_tokens)
+    : engine_(engine),
+      front_end_(front_end),
+      max_new_tokens_(max_new_tokens),
       model_path_(std::move(model_path)),
       options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(make_http_server(options_)) {
   model_name_ = options_.served_model_name;
   if (model_name_.empty()) {
     std::filesystem::path p(model_path_);
@@ -175,29 +203,32 @@ void TranscriptionServer::install_routes() {
   });
 
   auto server_info = [this](const httplib::Request&, httplib::Response& res) {
-    const TranscriptionStats st = service_.stats();
-    const TranscriptionServiceOptions& o = service_.options();
-    const model::WhisperConfig& c = service_.transcriber().runner().config();
-    const model::WhisperRunnerOptions& ro = service_.transcriber().runner().options();
-    send_json(res,
-              {{"version", kVersion},
-               {"model_path", model_path_},
-               {"served_model_name", model_name_},
-               {"model_type", "whisper"},
-               {"device", ro.device},
-               {"encoder_layers", c.encoder_layers},
-               {"decoder_layers", c.decoder_layers},
-               {"attention_backend", ro.attention_backend},
-               {"encoder_kv_layout", std::string(mem::encoder_kv_layout_name(o.runner.layout))},
-               {"page_size", o.runner.page_size},
-               {"max_running_requests", o.runner.max_running_requests},
-               {"max_audio_seconds", service_.transcriber().max_seconds()},
-               {"num_running_reqs", st.running},
-               {"num_waiting_reqs", st.waiting},
-               {"requests_served", st.requests_served},
-               {"requests_failed", st.requests_failed},
-               {"batches_served", st.batches_served},
-               {"largest_batch", st.largest_batch}});
+    const engine::EngineStatus st = engine_.status();
+    const engine::EngineOptions& o = engine_.options();
+    const checkpoint::WhisperConfig& c = front_end_.config();
+    send_json(res, {{"version", kVersion},
+                    {"model_path", model_path_},
+                    {"served_model_name", model_name_},
+                    {"model_type", "whisper"},
+                    {"device", o.runner.device.to_string()},
+                    {"encoder_layers", c.encoder_layers},
+                    {"decoder_layers", c.decoder_layers},
+                    {"attention_backend", engine_.attention_backend()},
+                    {"encoder_kv_layout",
+                     std::string(mem::encoder_kv_layout_name(o.runner.encoder_kv_layout))},
+                    {"page_size", o.runner.page_size},
+                    {"max_running_requests", engine_.max_running_requests()},
+                    {"max_total_num_tokens", engine_.max_total_tokens()},
+                    {"max_audio_seconds", front_end_.max_seconds()},
+                    {"num_running_reqs", st.scheduler.running},
+                    {"num_waiting_reqs", st.scheduler.waiting},
+                    {"requests_served", st.metrics.requests_finished - st.metrics.requests_aborted},
+                    {"requests_failed", st.metrics.requests_aborted},
+                    {"prefill_batches", st.scheduler.prefill_batches},
+                    {"decode_steps", st.scheduler.decode_steps},
+                    {"retractions", st.scheduler.retractions},
+                    {"generation_tokens", st.metrics.generation_tokens},
+                    {"memory_invariant_violations", st.invariant_violations}});
   };
   s.Get("/get_server_info", server_info);
   s.Get("/server_info", server_info);
@@ -216,7 +247,7 @@ void TranscriptionServer::install_routes() {
       return send_error(res, bad_request("expected a multipart/form-data body with the audio in "
                                          "a `file` field"));
     }
-    const model::WhisperTranscriber& t = service_.transcriber();
+    const model::WhisperFrontEnd& t = front_end_;
     const auto it = req.files.find("file");
     if (it == req.files.end()) {
       return send_error(res, bad_request("the `file` field is required", "file"));
@@ -228,9 +259,7 @@ void TranscriptionServer::install_routes() {
     }
     TranscriptionRequest r;
     if (auto e = parse_fields(req, model_name_, t, r)) return send_error(res, *e);
-    model::WhisperGenerateOptions gopt;
-    gopt.language = r.language;
-    auto prompt = model::whisper_prompt(t.runner().config(), t.runner().generation_config(), gopt);
+    auto prompt = t.prompt(r.language);
     if (!prompt.is_ok()) return send_error(res, bad_request(prompt.status().message()));
 
     // CPU work on this thread: decode, resample, log-mel.
@@ -238,11 +267,16 @@ void TranscriptionServer::install_routes() {
     auto audio = t.prepare_bytes({bytes, file.content.size()}, name);
     if (!audio.is_ok()) return send_error(res, from_status(audio.status(), "file"));
 
-    model::WhisperRequest request{.features = std::move(audio->features),
-                                  .prompt = std::move(prompt).value(),
-                                  .temperature = r.temperature,
-                                  .seed = r.seed ? *r.seed : fresh_seed()};
-    auto tokens = service_.submit(std::move(request)).get();
+    engine::SubmitRequest request;
+    request.input_ids = std::move(prompt).value();
+    request.sampling.temperature = r.temperature;  // 0: greedy
+    request.sampling.seed = r.seed ? *r.seed : fresh_seed();
+    // Clipped by the engine to what the decoder's max_length leaves.
+    request.sampling.max_new_tokens = max_new_tokens_ > 0 ? max_new_tokens_ : INT32_MAX;
+    request.encoder_input = std::make_shared<std::vector<float>>(std::move(audio->features));
+    auto stream = engine_.submit(request);
+    if (!stream.is_ok()) return send_error(res, from_status(stream.status()));
+    auto tokens = wait_tokens(**stream);
     if (!tokens.is_ok()) return send_error(res, from_status(tokens.status()));
     const std::string text = t.text(*tokens);
     if (r.response_format == "text") {

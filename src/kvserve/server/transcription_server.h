@@ -1,29 +1,35 @@
 // The HTTP server for a speech-recognition (Whisper) model: OpenAI's audio transcription API over
-// a TranscriptionService. `kvserve serve` starts it instead of HttpServer when config.json's
-// model_type is "whisper".
+// the engine (engine/engine.h: the same Engine and Scheduler as decoder-only models; the upload's
+// features are the request's encoder input, the language's prompt its input ids). `kvserve serve`
+// starts it instead of HttpServer when config.json's model_type is "whisper".
 //
 //   POST /v1/audio/transcriptions   multipart/form-data: file (WAV/FLAC/OGG, any rate, <= 30 s),
 //                                   model, language, response_format (json | text | verbose_json),
-//                                   temperature (0 only), prompt (accepted and ignored)
+//                                   temperature (0: greedy, up to 1: sampled), seed (kvserve's),
+//                                   prompt (accepted and ignored)
 //   GET  /v1/models, /health, /get_server_info (/server_info)
 //   POST /generate, /v1/completions, /v1/chat/completions: 400, a speech-recognition model
 // Authentication, body limit and error bodies as HttpServer's (configure_http_server). The HTTP
-// thread decodes the upload and computes the features; only the decoding waits for the worker.
+// thread decodes the upload and computes the features, then waits for the engine's tokens.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "kvserve/engine/engine.h"
+#include "kvserve/model/whisper_front_end.h"
 #include "kvserve/server/http_server.h"
-#include "kvserve/server/transcription_service.h"
 
 namespace kvserve::server {
 
 class TranscriptionServer {
  public:
-  // `model_path` is reported by /v1/models and /get_server_info; its name is the served model
-  // name unless options.served_model_name is set.
-  TranscriptionServer(TranscriptionService& service, std::string model_path, ServerOptions options);
+  // `engine` serves a Whisper checkpoint (Engine::is_encoder_decoder) whose tokenizer and feature
+  // extractor `front_end` holds; both outlive the server. `model_path` is reported by /v1/models
+  // and /get_server_info; its name is the served model name unless options.served_model_name is
+  // set. max_new_tokens: 0 until the model's max_length.
+  TranscriptionServer(engine::Engine& engine, const model::WhisperFrontEnd& front_end,
+                      std::string model_path, ServerOptions options, int32_t max_new_tokens = 0);
   ~TranscriptionServer();
 
   Status bind();
@@ -34,7 +40,9 @@ class TranscriptionServer {
  private:
   void install_routes();
 
-  TranscriptionService& service_;
+  engine::Engine& engine_;
+  const model::WhisperFrontEnd& front_end_;
+  int32_t max_new_tokens_ = 0;
   std::string model_path_;
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;

@@ -66,7 +66,7 @@ void gemm(const ops::GemmParams& /*params*/, StreamHandle /*stream*/) {
 }
 
 void argmax_rows(const float* /*logits*/, int64_t /*rows*/, int64_t /*vocab*/, int32_t* /*out*/,
-                 StreamHandle /*stream*/) {
+                 bool /*pdl*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 

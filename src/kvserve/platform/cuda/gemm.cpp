@@ -15,8 +15,6 @@
 #include <cublasLt.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -183,12 +181,9 @@ class LtContext {
 
 void gemm(const ops::GemmParams& p, StreamHandle stream) {
   if (p.m == 0 || p.n == 0) return;
-  // Read once: "0" sends skinny shapes to cuBLASLt (A/B measurements).
-  static const bool skinny_enabled = [] {
-    const char* v = std::getenv("KVSERVE_SKINNY_GEMM");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  if (skinny_enabled && skinny_gemm_applies(p)) return skinny_gemm(p, stream);
+  // p.skinny false (KernelSwitches::skinny_gemm, set at the op dispatch) sends skinny shapes to
+  // cuBLASLt (A/B measurements).
+  if (p.skinny && skinny_gemm_applies(p)) return skinny_gemm(p, stream);
   LtContext::get().run(p, static_cast<cudaStream_t>(stream.ptr));
 }
 

@@ -80,7 +80,7 @@ template <typename Src, typename Dst>
 void launch_convert(const ops::KvStoreParams& p, cudaStream_t stream) {
   const int threads = static_cast<int>(std::min<int64_t>(256, (p.row_elems + 31) / 32 * 32));
   launch_pdl(store_kv_convert_kernel<Src, Dst>, static_cast<unsigned>(p.num_tokens), threads, 0,
-             stream, p);
+             stream, p.pdl, p);
 }
 
 template <typename Src>
@@ -113,8 +113,8 @@ void store_kv(const ops::KvStoreParams& p, StreamHandle stream_handle) {
   if (p.src_dtype == p.cache_dtype && p.k_scale_inv == 1.0f && p.v_scale_inv == 1.0f && aligned) {
     const int64_t words = static_cast<int64_t>(row_bytes / 16);
     const int threads = static_cast<int>(std::min<int64_t>(256, (words + 31) / 32 * 32));
-    launch_pdl(store_kv_copy_kernel, static_cast<unsigned>(p.num_tokens), threads, 0, stream, p,
-               words);
+    launch_pdl(store_kv_copy_kernel, static_cast<unsigned>(p.num_tokens), threads, 0, stream, p.pdl,
+               p, words);
   } else {
     switch (p.src_dtype) {
       case DType::kF32:

@@ -400,8 +400,8 @@ int grid_for(int64_t elements, int threads) {
 void embedding(const ops::EmbeddingParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
   const int64_t row_bytes = p.hidden * static_cast<int64_t>(dtype_size(p.dtype));
-  launch_pdl(embedding_kernel, static_cast<unsigned>(p.num_tokens), 256, 0, as_cuda(stream), p,
-             row_bytes);
+  launch_pdl(embedding_kernel, static_cast<unsigned>(p.num_tokens), 256, 0, as_cuda(stream), p.pdl,
+             p, row_bytes);
 }
 
 void rms_norm(const ops::RmsNormParams& p, StreamHandle stream) {
@@ -413,18 +413,18 @@ void rms_norm(const ops::RmsNormParams& p, StreamHandle stream) {
       aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
       (p.residual == nullptr || aligned16(p.residual))) {
     if (vecs <= 128) {
-      launch_pdl(rms_norm_bf16x8_kernel<128, 1>, grid, 128, 0, s, p);
+      launch_pdl(rms_norm_bf16x8_kernel<128, 1>, grid, 128, 0, s, p.pdl, p);
     } else if (vecs <= 512) {
-      launch_pdl(rms_norm_bf16x8_kernel<512, 1>, grid, 512, 0, s, p);
+      launch_pdl(rms_norm_bf16x8_kernel<512, 1>, grid, 512, 0, s, p.pdl, p);
     } else if (vecs <= 1024) {
-      launch_pdl(rms_norm_bf16x8_kernel<512, 2>, grid, 512, 0, s, p);
+      launch_pdl(rms_norm_bf16x8_kernel<512, 2>, grid, 512, 0, s, p.pdl, p);
     } else {
-      launch_pdl(rms_norm_bf16x8_kernel<512, 4>, grid, 512, 0, s, p);
+      launch_pdl(rms_norm_bf16x8_kernel<512, 4>, grid, 512, 0, s, p.pdl, p);
     }
   } else {
     dispatch_dtype(p.dtype, "rms_norm", [&](auto tag) {
       using T = decltype(tag);
-      launch_pdl(rms_norm_kernel<T, 512>, grid, 512, 0, s, p);
+      launch_pdl(rms_norm_kernel<T, 512>, grid, 512, 0, s, p.pdl, p);
     });
   }
 }
@@ -445,11 +445,11 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& p, StreamHandle stream) {
       p.head_dim <= 256 && aligned16(p.qkv) && aligned16(p.q) &&
       (p.k_cache != nullptr ? aligned16(p.k_cache) && aligned16(p.v_cache)
                             : aligned16(p.k) && aligned16(p.v))) {
-    launch_pdl(split_qkv_rope_bf16x8_kernel, grid, kRopeThreads, 0, as_cuda(stream), p);
+    launch_pdl(split_qkv_rope_bf16x8_kernel, grid, kRopeThreads, 0, as_cuda(stream), p.pdl, p);
   } else {
     dispatch_dtype(p.dtype, "split_qkv_rope", [&](auto tag) {
       using T = decltype(tag);
-      launch_pdl(split_qkv_rope_kernel<T>, grid, 512, 0, as_cuda(stream), p);
+      launch_pdl(split_qkv_rope_kernel<T>, grid, 512, 0, as_cuda(stream), p.pdl, p);
     });
   }
 }
@@ -458,21 +458,21 @@ void silu_and_mul(const ops::SiluAndMulParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
   if (p.dtype == DType::kBF16 && p.inter % 8 == 0 && aligned16(p.x) && aligned16(p.out)) {
     launch_pdl(silu_and_mul_bf16x8_kernel, grid_for(p.num_tokens * p.inter / 8, 256), 256, 0,
-               as_cuda(stream), p);
+               as_cuda(stream), p.pdl, p);
   } else {
     dispatch_dtype(p.dtype, "silu_and_mul", [&](auto tag) {
       using T = decltype(tag);
       launch_pdl(silu_and_mul_kernel<T>, grid_for(p.num_tokens * p.inter, 256), 256, 0,
-                 as_cuda(stream), p);
+                 as_cuda(stream), p.pdl, p);
     });
   }
 }
 
-void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, bool pdl,
                  StreamHandle stream) {
   if (rows == 0) return;
-  launch_pdl(argmax_kernel, static_cast<unsigned>(rows), kArgmaxThreads, 0, as_cuda(stream), logits,
-             vocab, out);
+  launch_pdl(argmax_kernel, static_cast<unsigned>(rows), kArgmaxThreads, 0, as_cuda(stream), pdl,
+             logits, vocab, out);
 }
 
 }  // namespace kvserve::platform::cuda

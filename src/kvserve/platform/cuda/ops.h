@@ -34,7 +34,7 @@ void rope(const ops::RopeParams& params, StreamHandle stream);
 void silu_and_mul(const ops::SiluAndMulParams& params, StreamHandle stream);
 void split_qkv_rope(const ops::SplitQkvRopeParams& params, StreamHandle stream);
 // Greedy sampling on the device: out[r] = argmax(logits[r, :vocab]) (lowest index on ties).
-void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, bool pdl,
                  StreamHandle stream);
 // Token sampling (sampling.cu): one CTA per row; penalized rows are rewritten in place.
 void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream);

@@ -413,13 +413,13 @@ void launch_decode_tc(const ops::PagedDecodeParams& p, int page_shift, cudaStrea
     detail::check_failed(__FILE__, __LINE__, "paged decode (tensor cores): too many blocks",
                          std::string(), std::to_string(blocks));
   }
-  launch_pdl(kernel, static_cast<unsigned>(blocks), ops::kDecodeTcThreads, T::kSmemBytes, stream, p,
-             page_shift);
+  launch_pdl(kernel, static_cast<unsigned>(blocks), ops::kDecodeTcThreads, T::kSmemBytes, stream,
+             p.pdl, p, page_shift);
   if (p.num_splits == 1) return;
   const int64_t pairs = static_cast<int64_t>(p.batch) * p.num_q_heads;
   launch_pdl(decode_tc_merge_kernel<HEAD_DIM>,
              static_cast<unsigned>((pairs + kMergeWarps - 1) / kMergeWarps), kMergeWarps * 32, 0,
-             stream, p);
+             stream, p.pdl, p);
 }
 
 // The one boundary where the decode kernel's runtime values become template parameters.

@@ -6,12 +6,12 @@
 // returns once the predecessor grid has completed and its writes are visible; immediately when
 // there is no programmatic predecessor), then pdl_launch_dependents() to let the successor be
 // scheduled in turn. Kernels that follow it are safe whether they are launched plainly or not.
-// KVSERVE_PDL=0 launches everything plainly (A/B measurements).
+// Launchers pass their params' `pdl` (the platform's KernelSwitches::pdl, set at the op dispatch;
+// KVSERVE_PDL=0 turns it off for A/B measurements): false launches plainly.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
 
 #include "kvserve/platform/cuda/cuda_check.h"
@@ -36,19 +36,11 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_launch_dependents();
 }
 
-inline bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("KVSERVE_PDL");
-    return v == nullptr || v[0] != '0';
-  }();
-  return enabled;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute;
-// a launch error is CHECKed here (callers need no cudaGetLastError after it).
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute
+// when `pdl`; a launch error is CHECKed here (callers need no cudaGetLastError after it).
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
+                bool pdl, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -58,7 +50,7 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

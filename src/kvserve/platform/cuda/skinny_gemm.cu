@@ -150,7 +150,7 @@ void launch(const ops::GemmParams& p, cudaStream_t stream) {
   const int64_t rows_per_block = int64_t{kWarps} * kRows;
   const int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
   launch_pdl(skinny_gemm_kernel<M, T, Out, kBias>, static_cast<unsigned>(blocks), kThreads, 0,
-             stream, p);
+             stream, p.pdl, p);
 }
 
 // m is a template parameter (the accumulators live in registers); only the m that pays is built

@@ -22,6 +22,10 @@ struct GemmParams {
   int64_t lda = 0;
   int64_t ldb = 0;
   int64_t ldc = 0;
+  // The skinny-M kernel where it applies (CUDA; skinny_gemm.h), else cuBLASLt only; and PDL for
+  // it. The op dispatch sets both from the platform's KernelSwitches.
+  bool skinny = true;
+  bool pdl = true;
 };
 
 }  // namespace kvserve::ops

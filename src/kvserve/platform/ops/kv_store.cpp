@@ -37,6 +37,12 @@ void store_kv(platform::Platform& platform, const KvStoreParams& params,
       cpu::store_kv(params);
       return;
     case DeviceKind::kCuda:
+      if (params.pdl != platform.kernel_switches().pdl) {
+        KvStoreParams q = params;
+        q.pdl = platform.kernel_switches().pdl;
+        platform::cuda::store_kv(q, platform.resolve(stream));
+        return;
+      }
       platform::cuda::store_kv(params, platform.resolve(stream));
       return;
   }

@@ -21,6 +21,9 @@ struct KvStoreParams {
   int64_t num_slots = 0;  // rows of k_cache / v_cache, for bounds checks
   float k_scale_inv = 1.0f;
   float v_scale_inv = 1.0f;
+  // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
+  // platform's KernelSwitches::pdl.
+  bool pdl = true;
 };
 
 }  // namespace kvserve::ops

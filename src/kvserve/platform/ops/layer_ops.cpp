@@ -13,6 +13,11 @@ void gemm(platform::Platform& p, const GemmParams& params, platform::StreamHandl
   // would need an f32 bias (no caller has one: the logits GEMM has no bias).
   KV_CHECK(!(params.bias != nullptr && params.c_f32 && params.dtype != DType::kF32),
            "gemm: a bias with an f32 output needs {} inputs to be f32", dtype_name(params.dtype));
+  if (params.skinny != p.kernel_switches().skinny_gemm) {
+    GemmParams q = params;
+    q.skinny = p.kernel_switches().skinny_gemm;
+    return dispatch(p, q, stream, cpu::gemm, platform::cuda::gemm);
+  }
   dispatch(p, params, stream, cpu::gemm, platform::cuda::gemm);
 }
 
@@ -42,7 +47,8 @@ void split_qkv_rope(platform::Platform& p, const SplitQkvRopeParams& params,
 void argmax_rows(platform::Platform& p, const float* logits, int64_t rows, int64_t vocab,
                  int32_t* out, platform::StreamHandle stream) {
   if (p.device().kind == DeviceKind::kCuda) {
-    platform::cuda::argmax_rows(logits, rows, vocab, out, p.resolve(stream));
+    platform::cuda::argmax_rows(logits, rows, vocab, out, p.kernel_switches().pdl,
+                                p.resolve(stream));
     return;
   }
   for (int64_t r = 0; r < rows; ++r) {

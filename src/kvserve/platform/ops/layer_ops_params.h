@@ -16,6 +16,9 @@ struct EmbeddingParams {
   int64_t num_tokens = 0;
   int64_t hidden = 0;
   int64_t vocab = 0;
+  // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
+  // platform's KernelSwitches::pdl.
+  bool pdl = true;
 };
 
 // With `residual`: residual = x + residual; out = rmsnorm(residual). Without: out = rmsnorm(x).
@@ -30,6 +33,9 @@ struct RmsNormParams {
   int64_t cols = 0;
   int64_t x_stride = 0;
   float eps = 1e-6f;
+  // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
+  // platform's KernelSwitches::pdl.
+  bool pdl = true;
 };
 
 // Rotates q and k in place (rotate-half / GPT-NeoX layout): for i < rotary_dim / 2, with
@@ -58,6 +64,9 @@ struct SiluAndMulParams {
   DType dtype = DType::kF32;
   int64_t num_tokens = 0;
   int64_t inter = 0;
+  // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
+  // platform's KernelSwitches::pdl.
+  bool pdl = true;
 };
 
 // Splits a fused qkv projection [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim] into
@@ -83,6 +92,9 @@ struct SplitQkvRopeParams {
   void* v_cache = nullptr;
   const int32_t* cache_loc = nullptr;  // [num_tokens], on the op's device
   int64_t num_slots = 0;
+  // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
+  // platform's KernelSwitches::pdl.
+  bool pdl = true;
 };
 
 }  // namespace kvserve::ops

@@ -56,6 +56,9 @@ struct PagedDecodeParams {
   int32_t tokens_per_split = 0;      // >= the longest sequence when num_splits == 1
   int32_t min_tokens_per_split = 0;  // > 0: per-request splits (tokens_per_split unused)
   float sm_scale = 0;                // 1 / sqrt(head_dim) usually
+  // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
+  // platform's KernelSwitches::pdl.
+  bool pdl = true;
 };
 
 }  // namespace kvserve::ops

@@ -37,11 +37,6 @@ std::string_view prefill_variant_name(PrefillVariant v) {
 PrefillVariant choose_prefill_variant(PrefillVariant requested, int32_t total_q, int32_t batch,
                                       int32_t group) {
   if (requested != PrefillVariant::kAuto) return requested;
-  static const PrefillVariant from_env = [] {
-    const char* v = std::getenv("KVSERVE_PREFILL_VARIANT");
-    return v == nullptr ? PrefillVariant::kAuto : parse_prefill_variant(v);
-  }();
-  if (from_env != PrefillVariant::kAuto) return from_env;
   const int64_t mean_rows = static_cast<int64_t>(total_q) * group / std::max(batch, 1);
   if (mean_rows < 128) return PrefillVariant::kM64W4;
   // H200, head_dim 128, page 16 (docs/perf/2026-12-01-prefill-and-whisper-cuda.md): with GQA
@@ -65,7 +60,11 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
            "row strides {} / {}: multiples of 8 elements (16-byte loads)", params.q_stride,
            params.kv_stride);
   PagedPrefillParams p = params;
-  p.variant = choose_prefill_variant(params.variant, params.total_q, params.batch,
+  // The params' own choice, else the platform's switch (kernel_switches.h), else by shape.
+  const PrefillVariant requested = params.variant != PrefillVariant::kAuto
+                                       ? params.variant
+                                       : platform.kernel_switches().prefill_variant;
+  p.variant = choose_prefill_variant(requested, params.total_q, params.batch,
                                      params.num_q_heads / params.num_kv_heads);
   platform::cuda::paged_prefill(p, platform.resolve(stream));
 }
@@ -73,11 +72,6 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
 int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim) {
   auto valid = [](int32_t s) { return s >= 2 && s <= 4; };
   if (valid(requested)) return requested;
-  static const int32_t from_env = [] {
-    const char* v = std::getenv("KVSERVE_DECODE_TC_STAGES");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
-  if (valid(from_env)) return from_env;
   return head_dim <= 64 ? 4 : 3;
 }
 
@@ -126,6 +120,7 @@ PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t
 int32_t decode_tc_occupancy(platform::Platform& platform, int32_t head_dim, int32_t stages) {
   if (platform.device().kind != DeviceKind::kCuda) return 0;
 #if KVSERVE_WITH_CUDA
+  if (stages == 0) stages = platform.kernel_switches().decode_tc_stages;
   return platform::cuda::paged_decode_tc_occupancy(head_dim,
                                                    resolve_decode_tc_stages(stages, head_dim));
 #else
@@ -152,8 +147,14 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
            dtype_name(params.kv_dtype));
   check_kv_addressing(params.page_ids, params.page_size);
 #if KVSERVE_WITH_CUDA
-  platform::cuda::paged_decode_tc(params, resolve_decode_tc_stages(stages, params.head_dim),
-                                  platform.resolve(stream));
+  if (stages == 0) stages = platform.kernel_switches().decode_tc_stages;
+  stages = resolve_decode_tc_stages(stages, params.head_dim);
+  if (params.pdl != platform.kernel_switches().pdl) {  // A/B runs only: the default copies nothing
+    PagedDecodeParams p = params;
+    p.pdl = platform.kernel_switches().pdl;
+    return platform::cuda::paged_decode_tc(p, stages, platform.resolve(stream));
+  }
+  platform::cuda::paged_decode_tc(params, stages, platform.resolve(stream));
 #else
   (void)stream;
   (void)stages;

@@ -15,8 +15,8 @@
 namespace kvserve::ops {
 
 // The tile shape for a batch of `total_q` query tokens over `batch` requests: the variant the
-// caller asked for, else $KVSERVE_PREFILL_VARIANT (m64w4, m128w8, m128w4; read once), else by
-// the mean rows per request (q_len x group): 64-row tiles for short extends, 128 otherwise.
+// caller asked for, else by the mean rows per request (q_len x group): 64-row tiles for short
+// extends, 128 otherwise.
 PrefillVariant choose_prefill_variant(PrefillVariant requested, int32_t total_q, int32_t batch,
                                       int32_t group);
 // "m64w4" etc.; kAuto for an unknown name (and for "auto").
@@ -24,7 +24,7 @@ PrefillVariant parse_prefill_variant(std::string_view name);
 std::string_view prefill_variant_name(PrefillVariant v);
 
 // Runs on `stream`; CUDA only (the CPU platform's attention is the `cpu` backend). kAuto is
-// resolved here with choose_prefill_variant.
+// resolved here: the platform's KernelSwitches::prefill_variant, then choose_prefill_variant.
 void paged_prefill(platform::Platform& platform, const PagedPrefillParams& params,
                    platform::StreamHandle stream = {});
 
@@ -37,8 +37,8 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
 // min_tokens_per_split > 0, cut in whole 64-position tiles: decode_tc_split_range).
 
 // Pipeline depth (K/V tiles of 64 positions in flight per block): `requested` when 2, 3 or 4, else
-// $KVSERVE_DECODE_TC_STAGES (read once), else 3 for head_dim 128 (2 blocks per SM) and 4 for 64
-// (3 blocks per SM).
+// 3 for head_dim 128 (2 blocks per SM) and 4 for 64 (3 blocks per SM). Callers pass the platform's
+// KernelSwitches::decode_tc_stages (0: auto) unless they pick a depth themselves.
 int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim);
 
 // The split plan, in PagedDecodePlan's terms (workspace_floats as plan_paged_decode counts them).
@@ -54,13 +54,15 @@ PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t
                                      int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
                                      int32_t stages = 0);
 
-// Blocks per SM of the kernel for (head_dim, stages) on the platform's device, from the CUDA
-// occupancy calculator (0 on the CPU); the plan assumes decode_tc_ctas_per_sm.
+// Blocks per SM of the kernel for (head_dim, stages; 0: the platform's switch, then by head dim)
+// on the platform's device, from the CUDA occupancy calculator (0 on the CPU); the plan assumes
+// decode_tc_ctas_per_sm.
 int32_t decode_tc_occupancy(platform::Platform& platform, int32_t head_dim, int32_t stages = 0);
 
 // Runs on `stream`; CUDA only. Queries with seq_lens 0 get zeros (every split empty); the caller
 // keeps the empty-KV guard (no launch when the batch has no KV at all). `stages` as
-// resolve_decode_tc_stages.
+// resolve_decode_tc_stages; 0: the platform's KernelSwitches::decode_tc_stages, then by head dim.
+// PDL as the platform's switch says.
 void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& params,
                      platform::StreamHandle stream = {}, int32_t stages = 0);
 

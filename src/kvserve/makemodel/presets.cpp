@@ -1,0 +1,238 @@
+#include "kvserve/makemodel/presets.h"
+
+#include <nlohmann/json.hpp>
+
+#include "kvserve/core/check.h"
+#include "kvserve/makemodel/whisper_presets.h"
+
+namespace kvserve::makemodel {
+namespace {
+
+using nlohmann::json;
+
+checkpoint::RopeScaling llama3_rope(double factor) {
+  checkpoint::RopeScaling r;
+  r.rope_type = "llama3";
+  r.factor = factor;
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 4.0;
+  r.original_max_position_embeddings = 8192;
+  return r;
+}
+
+void set_special_ids(Preset* p) {
+  const SyntheticTokenizer& t = p->tokenizer;
+  if (t.style == TokenizerStyle::kQwen2) {
+    p->config.bos_token_id = t.special_id("<|endoftext|>");  // as Qwen2.5's config.json
+    p->config.eos_token_ids = {t.special_id("<|im_end|>")};
+  } else {
+    p->config.bos_token_id = t.special_id("<|begin_of_text|>");
+    p->config.eos_token_ids = t.generation_eos_ids();
+  }
+}
+
+Preset tiny() {
+  Preset p;
+  p.name = "tiny";
+  p.description = "Llama, 2 layers, hidden 64, for tests (under 1 MB)";
+  p.tokenizer = make_synthetic_tokenizer(TokenizerStyle::kQwen2);
+  checkpoint::ModelConfig& c = p.config;
+  c.architecture = checkpoint::Architecture::kLlama;
+  c.architecture_name = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.vocab_size = p.tokenizer.vocab_size();
+  c.hidden_size = 64;
+  c.intermediate_size = 176;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 2048;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = false;
+  c.attention_bias = false;
+  p.model_max_length = 2048;
+  p.write_head_dim = true;
+  set_special_ids(&p);
+  return p;
+}
+
+Preset qwen25_05b() {
+  Preset p;
+  p.name = "qwen2.5-0.5b-shape";
+  p.description = "Qwen2.5-0.5B's shapes: 24 layers, hidden 896, 14/2 heads, tied, q/k/v bias";
+  p.tokenizer = make_synthetic_tokenizer(TokenizerStyle::kQwen2);
+  checkpoint::ModelConfig& c = p.config;
+  c.architecture = checkpoint::Architecture::kQwen2;
+  c.architecture_name = "Qwen2ForCausalLM";
+  c.model_type = "qwen2";
+  c.vocab_size = 151936;
+  c.hidden_size = 896;
+  c.intermediate_size = 4864;
+  c.num_hidden_layers = 24;
+  c.num_attention_heads = 14;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 32768;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = true;
+  c.attention_bias = true;
+  p.model_max_length = 131072;
+  p.max_window_layers = 24;
+  set_special_ids(&p);
+  return p;
+}
+
+Preset llama32_1b() {
+  Preset p;
+  p.name = "llama-3.2-1b-shape";
+  p.description = "Llama-3.2-1B's shapes: 16 layers, hidden 2048, 32/8 heads, tied, llama3 rope";
+  p.tokenizer = make_synthetic_tokenizer(TokenizerStyle::kLlama3);
+  checkpoint::ModelConfig& c = p.config;
+  c.architecture = checkpoint::Architecture::kLlama;
+  c.architecture_name = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.vocab_size = 128256;
+  c.hidden_size = 2048;
+  c.intermediate_size = 8192;
+  c.num_hidden_layers = 16;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_dim = 64;
+  c.max_position_embeddings = 131072;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = llama3_rope(32.0);
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = true;
+  p.model_max_length = 131072;
+  p.write_head_dim = true;
+  set_special_ids(&p);
+  return p;
+}
+
+Preset llama31_8b() {
+  Preset p;
+  p.name = "llama-3.1-8b-shape";
+  p.description = "Llama-3.1-8B's shapes: 32 layers, hidden 4096, 32/8 heads, llama3 rope";
+  p.tokenizer = make_synthetic_tokenizer(TokenizerStyle::kLlama3);
+  checkpoint::ModelConfig& c = p.config;
+  c.architecture = checkpoint::Architecture::kLlama;
+  c.architecture_name = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_hidden_layers = 32;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 131072;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = llama3_rope(8.0);
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = false;
+  p.model_max_length = 131072;
+  set_special_ids(&p);
+  return p;
+}
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {tiny(),
+                                          qwen25_05b(),
+                                          llama32_1b(),
+                                          llama31_8b(),
+                                          whisper_tiny_shape_preset(),
+                                          whisper_large_v2_shape_preset(),
+                                          whisper_test_preset()};
+  return all;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : presets())
+    names.push_back(p.name);
+  return names;
+}
+
+const Preset* find_preset(std::string_view name) {
+  for (const Preset& p : presets()) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::string_view torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kF32:
+      return "float32";
+    default:
+      KV_CHECK(false, "{} is not a checkpoint dtype", dtype_name(t));
+  }
+}
+
+std::string config_json_text(const Preset& preset, DType dtype) {
+  const checkpoint::ModelConfig& c = preset.config;
+  json j;  // std::map: keys sorted, as transformers' to_json_string(sort_keys=True)
+  j["architectures"] = {c.architecture_name};
+  j["attention_dropout"] = 0.0;
+  j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
+  j["eos_token_id"] =
+      c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+  j["hidden_act"] = c.hidden_act;
+  j["hidden_size"] = c.hidden_size;
+  j["initializer_range"] = 0.02;
+  j["intermediate_size"] = c.intermediate_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["model_type"] = c.model_type;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = torch_dtype_name(dtype);
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab_size;
+  if (preset.write_head_dim) j["head_dim"] = c.head_dim;
+  if (c.architecture == checkpoint::Architecture::kQwen2) {
+    j["max_window_layers"] = preset.max_window_layers;
+    j["sliding_window"] = c.max_position_embeddings;  // present but off, as in Qwen2.5
+    j["use_sliding_window"] = false;
+  } else {
+    j["attention_bias"] = c.attention_bias;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+    if (c.rope_scaling.rope_type == "default") {
+      j["rope_scaling"] = nullptr;
+    } else {
+      j["rope_scaling"] = {
+          {"factor", c.rope_scaling.factor},
+          {"high_freq_factor", c.rope_scaling.high_freq_factor},
+          {"low_freq_factor", c.rope_scaling.low_freq_factor},
+          {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
+          {"rope_type", c.rope_scaling.rope_type}};
+    }
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string generation_config_json_text(const Preset& preset) {
+  const SyntheticTokenizer& t = preset.tokenizer;
+  json j;
+  j["bos_token_id"] =
+      preset.config.bos_token_id ? json(*preset.config.bos_token_id) : json(nullptr);
+  j["eos_token_id"] = t.generation_eos_ids();
+  if (t.pad_token) j["pad_token_id"] = t.special_id(*t.pad_token);
+  j["do_sample"] = false;  // random weights: greedy by default keeps runs reproducible
+  return j.dump(2) + "\n";
+}
+
+}  // namespace kvserve::makemodel

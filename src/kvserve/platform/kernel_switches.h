@@ -1,0 +1,40 @@
+// KernelSwitches: the CUDA kernels' A/B switches in one typed struct (fmt-free: CUDA sources see
+// the fields through their params).
+//
+// Each switch picks between two equal-output implementations for measurements (a fused path and
+// the one before it, a tile shape, a launch attribute). They are filled from the environment in
+// one place (kernel_switches_from_env, called by the command-line tools at startup; the variable
+// names are below), logged once when a CUDA model runner starts, and carried by the Platform
+// (Platform::kernel_switches). Code reads them there and passes them on explicitly: the op
+// dispatch boundary copies a launcher's switch into its params (ops/dispatch.h), backends and
+// models read their platform's. Tests and tools that build a platform directly get the defaults,
+// whatever the environment says.
+#pragma once
+
+#include <cstdint>
+
+#include "kvserve/platform/ops/paged_prefill_params.h"
+
+namespace kvserve::platform {
+
+struct KernelSwitches {
+  // KVSERVE_FUSED_KV_STORE=0: the attention backend stores K/V in its own kernel instead of
+  // split_qkv_rope storing them as it writes q/k/v (model/causal_lm.cpp).
+  bool fused_kv_store = true;
+  // KVSERVE_DECODE_TC=0: decode attention on the CUDA-core kernel everywhere (ops::paged_decode),
+  // not the tensor-core one (ops::paged_decode_tc) where it applies.
+  bool decode_tc = true;
+  // KVSERVE_PREFILL_VARIANT=m64w4|m128w8|m128w4: the paged prefill kernel's tile for every launch
+  // whose params leave it on auto (ops/paged_prefill.h: choose_prefill_variant).
+  ops::PrefillVariant prefill_variant = ops::PrefillVariant::kAuto;
+  // KVSERVE_DECODE_TC_STAGES=2|3|4: K/V tiles in flight in the tensor-core decode kernel; 0: by
+  // head dim (ops/paged_prefill.h: resolve_decode_tc_stages).
+  int32_t decode_tc_stages = 0;
+  // KVSERVE_SKINNY_GEMM=0: every GEMM on cuBLASLt, none on the skinny-M kernel.
+  bool skinny_gemm = true;
+  // KVSERVE_PDL=0: every kernel launched plainly, without programmatic dependent launch
+  // (platform/cuda/pdl.cuh).
+  bool pdl = true;
+};
+
+}  // namespace kvserve::platform

@@ -1,0 +1,531 @@
+// The config.json audit (checkpoint/config.h): every field of the audit table is exercised with a
+// value other than its default and is either accepted with the value reflected in ModelConfig
+// (implemented), refused with kUnimplemented naming the field and the value (at parse, or at load
+// for a sliding window shorter than the served context), or accepted with the math unchanged
+// (ignored). A table entry without a case here, or a case for a field the table lacks, fails.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kvserve/checkpoint/config.h"
+#include "kvserve/makemodel/make_model.h"
+#include "kvserve/model/model_runner.h"
+#include "model_test_util.h"
+
+namespace kvserve::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A minimal valid config: architectures and the five sizes (head_dim 256 / 8 = 32); Mistral's
+// with "sliding_window": null, as Mistral v0.2 on (MistralConfig's default is 4096).
+json minimal(const std::string& architecture) {
+  json j = {
+      {"architectures", {architecture}}, {"vocab_size", 1000},     {"hidden_size", 256},
+      {"intermediate_size", 512},        {"num_hidden_layers", 2}, {"num_attention_heads", 8}};
+  if (architecture == "MistralForCausalLM") j["sliding_window"] = nullptr;
+  return j;
+}
+
+enum class Expect {
+  kAccepted,       // parses; `check` holds on the ModelConfig
+  kRefused,        // kUnimplemented at parse naming the field and `value_text`
+  kRefusedAtLoad,  // parses, then check_served_context refuses max_position_embeddings
+  kSameMath,       // parses to the same ModelConfig as without the patch
+};
+
+struct Case {
+  const char* field;
+  const char* architecture;
+  json patch;  // its keys set on minimal(architecture)
+  Expect expect;
+  std::function<bool(const ModelConfig&)> check = nullptr;  // kAccepted only
+  const char* value_text = "";  // kRefused / kRefusedAtLoad: in the message
+  const char* erase = nullptr;  // a key of minimal(architecture) to remove
+};
+
+bool same_math(const ModelConfig& a, const ModelConfig& b) {
+  return a.architecture == b.architecture && a.vocab_size == b.vocab_size &&
+         a.hidden_size == b.hidden_size && a.intermediate_size == b.intermediate_size &&
+         a.num_hidden_layers == b.num_hidden_layers &&
+         a.num_attention_heads == b.num_attention_heads &&
+         a.num_key_value_heads == b.num_key_value_heads && a.head_dim == b.head_dim &&
+         a.max_position_embeddings == b.max_position_embeddings && a.rope_theta == b.rope_theta &&
+         a.rope_scaling.rope_type == b.rope_scaling.rope_type &&
+         a.rope_scaling.factor == b.rope_scaling.factor && a.rms_norm_eps == b.rms_norm_eps &&
+         a.tie_word_embeddings == b.tie_word_embeddings && a.attention_bias == b.attention_bias &&
+         a.hidden_act == b.hidden_act && a.torch_dtype == b.torch_dtype &&
+         a.sliding_window == b.sliding_window &&
+         a.sliding_window_layers == b.sliding_window_layers && a.bos_token_id == b.bos_token_id &&
+         a.eos_token_ids == b.eos_token_ids;
+}
+
+const json kLlama3Rope = {{"rope_type", "llama3"},
+                          {"factor", 8.0},
+                          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192}};
+
+std::vector<Case> cases() {
+  const char* llama = "LlamaForCausalLM";
+  const char* qwen2 = "Qwen2ForCausalLM";
+  const char* mistral = "MistralForCausalLM";
+  using E = Expect;
+  using C = const ModelConfig&;
+  return {
+      // Implemented: the value reaches ModelConfig.
+      {"architectures",
+       llama,
+       {{"architectures", {qwen2}}},
+       E::kAccepted,
+       [](C c) { return c.architecture == Architecture::kQwen2; }},
+      {"architectures",
+       llama,
+       {{"architectures", {"Gemma2ForCausalLM"}}},
+       E::kRefused,
+       nullptr,
+       "Gemma2ForCausalLM"},
+      {"model_type",
+       mistral,
+       {{"model_type", "mistral"}},
+       E::kAccepted,
+       [](C c) { return c.model_type == "mistral"; }},
+      {"vocab_size",
+       llama,
+       {{"vocab_size", 1234}},
+       E::kAccepted,
+       [](C c) { return c.vocab_size == 1234; }},
+      {"hidden_size",
+       llama,
+       {{"hidden_size", 512}},
+       E::kAccepted,
+       [](C c) { return c.hidden_size == 512 && c.head_dim == 64; }},
+      {"intermediate_size",
+       llama,
+       {{"intermediate_size", 1024}},
+       E::kAccepted,
+       [](C c) { return c.intermediate_size == 1024; }},
+      {"num_hidden_layers",
+       llama,
+       {{"num_hidden_layers", 3}},
+       E::kAccepted,
+       [](C c) { return c.num_hidden_layers == 3; }},
+      {"num_attention_heads",
+       llama,
+       {{"num_attention_heads", 4}},
+       E::kAccepted,
+       [](C c) { return c.num_attention_heads == 4 && c.head_dim == 64; }},
+      {"num_key_value_heads",
+       llama,
+       {{"num_key_value_heads", 2}},
+       E::kAccepted,
+       [](C c) { return c.num_key_value_heads == 2; }},
+      {"head_dim", llama, {{"head_dim", 64}}, E::kAccepted, [](C c) { return c.head_dim == 64; }},
+      {"max_position_embeddings",
+       llama,
+       {{"max_position_embeddings", 4096}},
+       E::kAccepted,
+       [](C c) { return c.max_position_embeddings == 4096; }},
+      {"tie_word_embeddings",
+       llama,
+       {{"tie_word_embeddings", true}},
+       E::kAccepted,
+       [](C c) { return c.tie_word_embeddings; }},
+      {"rms_norm_eps",
+       llama,
+       {{"rms_norm_eps", 1e-5}},
+       E::kAccepted,
+       [](C c) { return c.rms_norm_eps == 1e-5; }},
+      {"torch_dtype",
+       llama,
+       {{"torch_dtype", "float16"}},
+       E::kAccepted,
+       [](C c) { return c.torch_dtype == DType::kF16; }},
+      {"bos_token_id",
+       llama,
+       {{"bos_token_id", 5}},
+       E::kAccepted,
+       [](C c) { return c.bos_token_id == 5; }},
+      {"eos_token_id",
+       llama,
+       {{"eos_token_id", {6, 7}}},
+       E::kAccepted,
+       [](C c) {
+         return c.eos_token_ids == std::vector<int32_t>{6, 7};
+       }},
+      {"rope_theta",
+       llama,
+       {{"rope_theta", 500000.0}},
+       E::kAccepted,
+       [](C c) { return c.rope_theta == 500000.0; }},
+      {"rope_scaling",
+       llama,
+       {{"rope_scaling", kLlama3Rope}},
+       E::kAccepted,
+       [](C c) { return c.rope_scaling.rope_type == "llama3" && c.rope_scaling.factor == 8.0; }},
+      {"rope_scaling",
+       llama,
+       {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
+       E::kRefused,
+       nullptr,
+       "yarn"},
+      {"rope_parameters",
+       llama,
+       {{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}}}},
+       E::kAccepted,
+       [](C c) { return c.rope_theta == 1e6; }},
+      {"rope_parameters",
+       llama,
+       {{"rope_parameters", {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}}},
+       E::kRefused,
+       nullptr,
+       "0.5"},
+      {"hidden_act",
+       llama,
+       {{"hidden_act", "silu"}},
+       E::kAccepted,
+       [](C c) { return c.hidden_act == "silu"; }},
+      {"hidden_act",
+       llama,
+       {{"hidden_act", "gelu_pytorch_tanh"}},
+       E::kRefused,
+       nullptr,
+       "gelu_pytorch_tanh"},
+      {"attention_bias",
+       qwen2,
+       {{"attention_bias", false}},
+       E::kAccepted,
+       [](C c) { return c.attention_bias; }},  // Qwen2Attention ignores the key
+      {"attention_bias",
+       llama,
+       {{"attention_bias", false}},
+       E::kAccepted,
+       [](C c) { return !c.attention_bias; }},
+      {"attention_bias", llama, {{"attention_bias", true}}, E::kRefused, nullptr, "true"},
+      {"attention_bias", mistral, {{"attention_bias", true}}, E::kRefused, nullptr, "true"},
+
+      // Refused when they change the math; accepted with their neutral values.
+      {"partial_rotary_factor",
+       llama,
+       {{"partial_rotary_factor", 0.5}},
+       E::kRefused,
+       nullptr,
+       "0.5"},
+      {"partial_rotary_factor", llama, {{"partial_rotary_factor", 1.0}}, E::kSameMath},
+      {"sliding_window", mistral, {{"sliding_window", 4096}}, E::kRefusedAtLoad, nullptr, "4096"},
+      {"sliding_window", mistral, json::object(), E::kRefusedAtLoad, nullptr, "4096",
+       "sliding_window"},  // MistralConfig's default when the key is absent
+      {"sliding_window",
+       mistral,
+       {{"sliding_window", nullptr}},
+       E::kAccepted,
+       [](C c) { return !c.sliding_window && c.sliding_window_layers == 0; }},
+      {"sliding_window",
+       mistral,
+       {{"sliding_window", 131072}},
+       E::kAccepted,
+       [](C c) { return c.sliding_window == 131072 && c.sliding_window_layers == 2; }},
+      {"sliding_window", llama, {{"sliding_window", 16}}, E::kSameMath},  // LlamaAttention
+      {"use_sliding_window",
+       qwen2,
+       {{"use_sliding_window", false}, {"sliding_window", 16}},
+       E::kSameMath},
+      {"use_sliding_window",
+       qwen2,
+       {{"use_sliding_window", true}, {"sliding_window", 16}, {"max_window_layers", 0}},
+       E::kRefusedAtLoad,
+       nullptr,
+       "16"},
+      {"use_sliding_window",
+       mistral,
+       {{"use_sliding_window", false}, {"sliding_window", 16}},
+       E::kRefusedAtLoad,
+       nullptr,
+       "16"},  // MistralConfig does not read it
+      {"max_window_layers",
+       qwen2,
+       {{"use_sliding_window", true}, {"sliding_window", 16}, {"max_window_layers", 1}},
+       E::kRefusedAtLoad,
+       nullptr,
+       "16"},
+      {"max_window_layers",
+       qwen2,  // Qwen2Config's default 28 >= 2 layers: no layer slides
+       {{"use_sliding_window", true}, {"sliding_window", 16}},
+       E::kAccepted,
+       [](C c) { return !c.sliding_window && c.sliding_window_layers == 0; }},
+      {"layer_types", llama, {{"layer_types", {"full_attention", "full_attention"}}}, E::kSameMath},
+      {"layer_types",
+       llama,
+       {{"layer_types", {"full_attention", "sliding_attention"}}},
+       E::kRefused,
+       nullptr,
+       "layer_types[1]"},
+      {"layer_types",
+       qwen2,
+       {{"layer_types", {"sliding_attention", "full_attention"}}},
+       E::kRefused,
+       nullptr,
+       "sliding_attention"},  // no use_sliding_window: no window
+      {"layer_types",
+       qwen2,
+       {{"use_sliding_window", true},
+        {"sliding_window", 16},
+        {"max_window_layers", 0},
+        {"layer_types", {"full_attention", "full_attention"}}},
+       E::kAccepted,
+       [](C c) { return !c.sliding_window; }},  // layer_types wins
+      {"layer_types",
+       qwen2,
+       {{"use_sliding_window", true},
+        {"sliding_window", 16},
+        {"layer_types", {"full_attention", "sliding_attention"}}},
+       E::kRefusedAtLoad,
+       nullptr,
+       "16"},
+      {"layer_types",
+       mistral,
+       {{"layer_types", {"chunked_attention", "full_attention"}}},
+       E::kRefused,
+       nullptr,
+       "chunked_attention"},
+      {"attn_logit_softcapping",
+       llama,
+       {{"attn_logit_softcapping", 50.0}},
+       E::kRefused,
+       nullptr,
+       "50"},
+      {"attn_logit_softcapping", llama, {{"attn_logit_softcapping", nullptr}}, E::kSameMath},
+      {"final_logit_softcapping",
+       qwen2,
+       {{"final_logit_softcapping", 30.0}},
+       E::kRefused,
+       nullptr,
+       "30"},
+      {"final_logit_softcapping", qwen2, {{"final_logit_softcapping", nullptr}}, E::kSameMath},
+      {"query_pre_attn_scalar",
+       llama,
+       {{"query_pre_attn_scalar", 256}},
+       E::kRefused,
+       nullptr,
+       "256"},
+      {"query_pre_attn_scalar", llama, {{"query_pre_attn_scalar", 32}}, E::kSameMath},
+      {"qk_norm", qwen2, {{"qk_norm", true}}, E::kRefused, nullptr, "true"},
+      {"qk_norm", qwen2, {{"qk_norm", false}}, E::kSameMath},
+      {"use_qk_norm", llama, {{"use_qk_norm", true}}, E::kRefused, nullptr, "true"},
+      {"use_qk_norm", llama, {{"use_qk_norm", false}}, E::kSameMath},
+      {"qk_layernorm", llama, {{"qk_layernorm", true}}, E::kRefused, nullptr, "true"},
+      {"qk_layernorm", llama, {{"qk_layernorm", false}}, E::kSameMath},
+      {"attention_multiplier",
+       llama,
+       {{"attention_multiplier", 0.015625}},
+       E::kRefused,
+       nullptr,
+       "0.015625"},
+      {"attention_multiplier", llama, {{"attention_multiplier", nullptr}}, E::kSameMath},
+      {"mlp_bias", llama, {{"mlp_bias", true}}, E::kRefused, nullptr, "true"},
+      {"mlp_bias", qwen2, {{"mlp_bias", true}}, E::kRefused, nullptr, "true"},
+      {"mlp_bias", mistral, {{"mlp_bias", false}}, E::kSameMath},
+      {"embedding_multiplier", llama, {{"embedding_multiplier", 12.0}}, E::kRefused, nullptr, "12"},
+      {"embedding_multiplier", llama, {{"embedding_multiplier", 1.0}}, E::kSameMath},
+      {"residual_multiplier", llama, {{"residual_multiplier", 0.22}}, E::kRefused, nullptr, "0.22"},
+      {"residual_multiplier", llama, {{"residual_multiplier", 1}}, E::kSameMath},
+      {"logits_scaling", llama, {{"logits_scaling", 8.0}}, E::kRefused, nullptr, "8"},
+      {"logits_scaling", llama, {{"logits_scaling", 1.0}}, E::kSameMath},
+      {"logit_scale", llama, {{"logit_scale", 0.0625}}, E::kRefused, nullptr, "0.0625"},
+      {"logit_scale", llama, {{"logit_scale", 1.0}}, E::kSameMath},
+      {"quantization_config",
+       llama,
+       {{"quantization_config", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}}},
+       E::kRefused,
+       nullptr,
+       "fp8"},
+      {"quantization_config", llama, {{"quantization_config", nullptr}}, E::kSameMath},
+
+      // Ignored: the math does not change.
+      {"pretraining_tp", llama, {{"pretraining_tp", 2}}, E::kSameMath},
+      {"attention_dropout", qwen2, {{"attention_dropout", 0.1}}, E::kSameMath},
+      {"initializer_range", mistral, {{"initializer_range", 0.5}}, E::kSameMath},
+      {"use_cache", llama, {{"use_cache", false}}, E::kSameMath},
+      {"pad_token_id", llama, {{"pad_token_id", 0}}, E::kSameMath},
+      {"transformers_version", llama, {{"transformers_version", "9.99.0"}}, E::kSameMath},
+      {"_name_or_path", llama, {{"_name_or_path", "/somewhere"}}, E::kSameMath},
+  };
+}
+
+std::string describe(const Case& c) {
+  return fmt::format("{} on {}: {}", c.field, c.architecture, c.patch.dump());
+}
+
+void expect_names(const Status& s, const Case& c) {
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << describe(c) << ": " << s.to_string();
+  for (const std::string& part : {std::string(c.field), std::string(c.value_text)}) {
+    if (c.expect == Expect::kRefusedAtLoad && part == c.field) continue;  // names sliding_window
+    EXPECT_NE(s.message().find(part), std::string::npos)
+        << describe(c) << ": '" << part << "' not in: " << s.message();
+  }
+}
+
+TEST(ConfigAudit, EveryCaseIsHandledAsTheTableSays) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(describe(c));
+    const json base = minimal(c.architecture);
+    json j = base;
+    if (c.erase != nullptr) j.erase(c.erase);
+    for (auto it = c.patch.begin(); it != c.patch.end(); ++it)
+      j[it.key()] = it.value();
+    const Result<ModelConfig> r = parse_model_config(j.dump(), "config.json");
+    if (c.expect == Expect::kRefused) {
+      ASSERT_FALSE(r.is_ok());
+      expect_names(r.status(), c);
+      continue;
+    }
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    const ModelConfig& cfg = r.value();
+    switch (c.expect) {
+      case Expect::kAccepted:
+        EXPECT_TRUE(c.check(cfg));
+        EXPECT_TRUE(check_served_context(cfg, cfg.max_position_embeddings, "config.json").is_ok());
+        break;
+      case Expect::kSameMath: {
+        const Result<ModelConfig> plain = parse_model_config(base.dump(), "config.json");
+        ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+        EXPECT_TRUE(same_math(cfg, plain.value()));
+        EXPECT_TRUE(check_served_context(cfg, cfg.max_position_embeddings, "config.json").is_ok());
+        break;
+      }
+      case Expect::kRefusedAtLoad: {
+        ASSERT_TRUE(cfg.sliding_window.has_value());
+        EXPECT_GT(cfg.sliding_window_layers, 0);
+        const Status s = check_served_context(cfg, cfg.max_position_embeddings, "config.json");
+        ASSERT_FALSE(s.is_ok());
+        expect_names(s, c);
+        EXPECT_NE(s.message().find(fmt::format("sliding_window {}", c.value_text)),
+                  std::string::npos)
+            << s.message();
+        // A context no longer than the window is the same math as full attention.
+        EXPECT_TRUE(check_served_context(cfg, *cfg.sliding_window, "config.json").is_ok());
+        EXPECT_FALSE(check_served_context(cfg, *cfg.sliding_window + 1, "config.json").is_ok());
+        break;
+      }
+      case Expect::kRefused:
+        break;
+    }
+  }
+}
+
+// The table and the cases agree: every implemented field has an accepted case, every refused
+// field a refused case and a case showing its neutral value accepted, every ignored field a case
+// showing the math unchanged; and every case's field is in the table.
+TEST(ConfigAudit, TheTableAndTheCasesCoverEachOther) {
+  std::set<std::string> table;
+  for (const ConfigFieldAudit& a : config_field_audit()) {
+    SCOPED_TRACE(std::string(a.field));
+    EXPECT_TRUE(table.insert(std::string(a.field)).second) << "listed twice";
+    EXPECT_FALSE(a.note.empty());
+    EXPECT_EQ(a.handling == FieldHandling::kIgnored,
+              a.rule == RefusalRule::kNone && a.handling != FieldHandling::kImplemented)
+        << field_handling_name(a.handling);
+    bool accepted = false;
+    bool refused = false;
+    bool same = false;
+    for (const Case& c : cases()) {
+      if (c.field != a.field) continue;
+      accepted |= c.expect == Expect::kAccepted || c.expect == Expect::kSameMath;
+      refused |= c.expect == Expect::kRefused || c.expect == Expect::kRefusedAtLoad;
+      same |= c.expect == Expect::kSameMath;
+    }
+    switch (a.handling) {
+      case FieldHandling::kImplemented:
+        EXPECT_TRUE(accepted) << "an implemented field needs an accepted case";
+        break;
+      case FieldHandling::kRefused:
+        EXPECT_TRUE(refused) << "a refused field needs a refused case";
+        EXPECT_TRUE(accepted) << "a refused field needs its neutral value accepted";
+        break;
+      case FieldHandling::kIgnored:
+        EXPECT_TRUE(same) << "an ignored field needs a case with the math unchanged";
+        break;
+    }
+  }
+  for (const Case& c : cases()) {
+    EXPECT_TRUE(table.contains(c.field)) << c.field << " has a case but no audit entry";
+  }
+}
+
+// The sliding-window refusal happens where the context length is known: ModelRunner::create, on a
+// real checkpoint directory, before any weight is read.
+class SlidingWindowAtLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    makemodel::MakeModelOptions o;
+    o.preset = "tiny";  // Llama, 2 layers, max_position_embeddings 2048
+    o.output = dir_.path() / "m";
+    ASSERT_TRUE(makemodel::make_model(o).is_ok());
+  }
+
+  // The tiny checkpoint relabelled MistralForCausalLM (the same tensors) with `window`.
+  void set_mistral_window(const json& window) {
+    const fs::path file = dir_.path() / "m" / "config.json";
+    json c = json::parse(model::testing::read_file(file));
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+    c["sliding_window"] = window;
+    model::testing::write_file(file, c.dump(2));
+  }
+
+  Result<std::unique_ptr<model::ModelRunner>> load(int64_t context_length = 0) {
+    model::ModelRunnerOptions o;
+    o.max_total_tokens = 1024;
+    o.context_length = context_length;
+    return model::ModelRunner::create(dir_.path() / "m", o);
+  }
+
+  model::testing::TempDir dir_;
+};
+
+TEST_F(SlidingWindowAtLoad, AWindowShorterThanTheContextIsRefusedNamingIt) {
+  set_mistral_window(512);
+  auto r = load();
+  ASSERT_FALSE(r.is_ok());
+  const Status& s = r.status();
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
+  for (const std::string& part :
+       {(dir_.path() / "m" / "config.json").string(), std::string("sliding_window 512"),
+        std::string("context length of 2048"), std::string("no sliding-window attention"),
+        std::string("--context-length 512")}) {
+    EXPECT_NE(s.message().find(part), std::string::npos)
+        << "'" << part << "' not in: " << s.message();
+  }
+  r = load(1024);  // a raised context is checked too
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("context length of 1024"), std::string::npos);
+
+  r = load(512);  // within the window: the same math as full attention
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->context_len(), 512);
+  EXPECT_EQ((*r)->config().sliding_window, 512);
+}
+
+TEST_F(SlidingWindowAtLoad, AWindowAtLeastTheContextLoads) {
+  set_mistral_window(2048);
+  auto r = load();
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->context_len(), 2048);
+  r = load(4096);  // --context-length beyond max_position_embeddings: now the window matters
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("sliding_window 2048"), std::string::npos);
+
+  set_mistral_window(nullptr);  // Mistral v0.2 on: no window
+  r = load(4096);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+}
+
+}  // namespace
+}  // namespace kvserve::checkpoint
