@@ -666,7 +666,8 @@ TEST(SchedulerAbort, WaitingAfterARejectedPrefixMatch) {
 // and requests that arrive afterwards, run to the outputs they would have had.
 TEST(SchedulerErrors, FailedForwardFailsOnlyItsBatch) {
   for (const bool decode : {false, true}) {
-    SCOPED_TRACE(decode ? "the failed forward is a decode step" : "the failed forward is a prefill");
+    SCOPED_TRACE(decode ? "the failed forward is a decode step"
+                        : "the failed forward is a prefill");
     Harness h({});
     h.add("a", prompt(1, 20), 30);
     h.step();  // a's prefill
@@ -687,8 +688,8 @@ TEST(SchedulerErrors, FailedForwardFailsOnlyItsBatch) {
     }
     h.run_to_idle();
     EXPECT_EQ(h.scheduler().stats().failed_batches, 1);
-    for (const auto& [rid, first, len] :
-         std::vector<std::tuple<std::string, int32_t, int32_t>>{{"a", 1, 20}, {"b", 2, 25}, {"c", 3, 25}}) {
+    for (const auto& [rid, first, len] : std::vector<std::tuple<std::string, int32_t, int32_t>>{
+             {"a", 1, 20}, {"b", 2, 25}, {"c", 3, 25}}) {
       if (h.finish(rid) == FinishKind::kError || h.finished_events(rid) == 0) continue;
       EXPECT_EQ(h.output(rid), expected_output(prompt(first, len), 30)) << rid;
     }
@@ -713,7 +714,8 @@ class SchedulerEncoderDecoder : public ::testing::TestWithParam<EncoderCase> {
     return o;
   }
   static Shape shape(int64_t tokens) {
-    return {.tokens = tokens, .page_size = GetParam().page_size, .cache = mem::PrefixCacheKind::kChunk};
+    return {
+        .tokens = tokens, .page_size = GetParam().page_size, .cache = mem::PrefixCacheKind::kChunk};
   }
 };
 
@@ -741,15 +743,20 @@ TEST_P(SchedulerEncoderDecoder, WholeRowPrefillEncoderOnceContinuousDecode) {
   EXPECT_EQ(h.runner().seen.back().rows.size(), 3u) << "one decode step for all three";
   h.run_to_idle();
   EXPECT_EQ(h.runner().encoder_runs, 3) << "decode steps never rerun the encoder";
-  EXPECT_EQ(h.output("a"), expected_output([] {
-              std::vector<int32_t> s{501};
-              for (int32_t id : prompt(1, 20)) s.push_back(id);
-              return s;
-            }(), 12));
+  EXPECT_EQ(h.output("a"), expected_output(
+                               [] {
+                                 std::vector<int32_t> s{501};
+                                 for (int32_t id : prompt(1, 20))
+                                   s.push_back(id);
+                                 return s;
+                               }(),
+                               12));
   for (const auto& [rid, first_id, len, audio] :
-       std::vector<std::tuple<std::string, int32_t, int32_t, int32_t>>{{"b", 2, 9, 502}, {"c", 3, 14, 503}}) {
+       std::vector<std::tuple<std::string, int32_t, int32_t, int32_t>>{{"b", 2, 9, 502},
+                                                                       {"c", 3, 14, 503}}) {
     std::vector<int32_t> seq{audio};
-    for (int32_t id : prompt(first_id, len)) seq.push_back(id);
+    for (int32_t id : prompt(first_id, len))
+      seq.push_back(id);
     EXPECT_EQ(h.output(rid), expected_output(seq, 12)) << rid;
   }
 }
@@ -768,7 +775,8 @@ TEST_P(SchedulerEncoderDecoder, RetractedRequestRecomputesItsEncoder) {
     for (int32_t i = 0; i < 4; ++i) {
       const std::string rid = "r" + std::to_string(i);
       std::vector<int32_t> seq{600 + i};
-      for (int32_t id : prompt(10 + i, 12 + 3 * i)) seq.push_back(id);
+      for (int32_t id : prompt(10 + i, 12 + 3 * i))
+        seq.push_back(id);
       EXPECT_EQ(h.output(rid), expected_output(seq, 40)) << rid;
       out[rid] = h.output(rid);
     }

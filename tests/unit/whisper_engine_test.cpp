@@ -253,8 +253,7 @@ TEST_F(WhisperEngineTest, RetractedRequestRecomputesItsEncoder) {
     EXPECT_EQ(got.tokens, (*expected)[i].tokens);
   }
   EXPECT_TRUE(scheduler.check_idle_invariants().is_ok());
-  EXPECT_EQ(scheduler.memory().allocator().available_size(),
-            scheduler.memory().allocator().size());
+  EXPECT_EQ(scheduler.memory().allocator().available_size(), scheduler.memory().allocator().size());
 }
 
 TEST_F(WhisperEngineTest, AbortMidDecodeFreesEverything) {

@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "kvserve/attention/capabilities.h"
 #include "kvserve/cli/commands.h"
 #include "kvserve/cli/default_model.h"
 #include "kvserve/core/logging.h"
-#include "kvserve/attention/capabilities.h"
 #include "kvserve/engine/engine.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/model/whisper_front_end.h"

@@ -111,7 +111,7 @@ class Engine {
   std::optional<checkpoint::WhisperGenerationConfig> whisper_generation_;
   std::shared_ptr<const LogitRules> model_logit_rules_;  // what requests get by default
   int64_t encoder_input_size_ = 0;
-  int32_t encoder_len_ = 0;  // positions of one encoder output
+  int32_t encoder_len_ = 0;       // positions of one encoder output
   int64_t encoder_reserved_ = 0;  // row positions its region takes (page / layout padding)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::ModelRunner> runner_;

@@ -61,11 +61,10 @@ void Scheduler::add_request(std::unique_ptr<Req> req) {
   Req* r = req.get();
   KV_CHECK(encoder_decoder_ || (r->encoder_len == 0 && r->encoder_input == nullptr),
            "an encoder input for a scheduler without an EncoderSplit");
-  r->encoder_reserved =
-      encoder_decoder_
-          ? mem::encoder_reserved_len(r->encoder_len, options_.encoder->page_size,
-                                      options_.encoder->layout)
-          : 0;
+  r->encoder_reserved = encoder_decoder_
+                            ? mem::encoder_reserved_len(r->encoder_len, options_.encoder->page_size,
+                                                        options_.encoder->layout)
+                            : 0;
   reqs_[r->id] = std::move(req);
   waiting_.push_back(r);
 }
@@ -151,9 +150,9 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     // region (encoder_reserved positions ahead of the prompt; prepare_extend lays it out).
     const int32_t seq = prefix + r->extend_input_len - r->encoder_reserved;
     seq_lens.push_back(seq);
-    entries.push_back({&r->kv,
-                       std::vector<int32_t>(r->fill_ids.begin() + prefix, r->fill_ids.begin() + seq),
-                       r->encoder_len});
+    entries.push_back(
+        {&r->kv, std::vector<int32_t>(r->fill_ids.begin() + prefix, r->fill_ids.begin() + seq),
+         r->encoder_len});
     // The encoder runs again on every prefill of the request (after a retraction too).
     if (r->encoder_len > 0) encoder_inputs.emplace_back(*r->encoder_input);
   }

@@ -157,8 +157,8 @@ class Scheduler {
 
   model::BatchRunner& runner_;
   mem::HostKvMemory kv_;
-  mem::PrefixCache& cache_;  // kv_'s
-  mem::KvMemory memory_;     // kv_'s view
+  mem::PrefixCache& cache_;     // kv_'s
+  mem::KvMemory memory_;        // kv_'s view
   const bool encoder_decoder_;  // options_.encoder is set
   const tokenizer::Tokenizer* tokenizer_;
   SchedulerOptions options_;

@@ -193,7 +193,8 @@ class ModelRunner final : public BatchRunner {
   // Binds `batch` (every forward starts here), then whether it replays a decode graph.
   bool use_graph(mem::ForwardBatch& batch);
   // Whisper: the model, its KV pool, rows and backend (create() after the platform).
-  Status load_whisper(const std::filesystem::path& model_dir, const checkpoint::WhisperConfig& config,
+  Status load_whisper(const std::filesystem::path& model_dir,
+                      const checkpoint::WhisperConfig& config,
                       attention::AttentionBackendKind backend, const ModelRunnerOptions& options);
   // Whisper: the encoder over batch.encoder_inputs into encoder_hidden_; null when there are none.
   Result<const void*> encode_inputs(const mem::ForwardBatch& batch);

@@ -17,8 +17,8 @@
 
 #include "kvserve/audio/audio_file.h"
 #include "kvserve/audio/log_mel.h"
-#include "kvserve/core/status.h"
 #include "kvserve/checkpoint/whisper_config.h"
+#include "kvserve/core/status.h"
 #include "kvserve/tokenizer/tokenizer.h"
 
 namespace kvserve::model {
@@ -42,9 +42,9 @@ class WhisperFrontEnd {
  public:
   // The tokenizer, and the feature extractor from preprocessor_config.json (Whisper's defaults
   // without one), checked against `config` (the checkpoint's config.json).
-  static Result<std::unique_ptr<WhisperFrontEnd>> load(const std::filesystem::path& dir,
-                                                       const checkpoint::WhisperConfig& config,
-                                                       const checkpoint::WhisperGenerationConfig& generation);
+  static Result<std::unique_ptr<WhisperFrontEnd>> load(
+      const std::filesystem::path& dir, const checkpoint::WhisperConfig& config,
+      const checkpoint::WhisperGenerationConfig& generation);
 
   const checkpoint::WhisperConfig& config() const { return config_; }
   const checkpoint::WhisperGenerationConfig& generation_config() const { return generation_; }
