@@ -16,7 +16,6 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
-#include <deque>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,6 +27,7 @@
 #include "kvserve/cli/default_model.h"
 #include "kvserve/core/logging.h"
 #include "kvserve/engine/engine.h"
+#include "kvserve/engine/stream_tokens.h"
 #include "kvserve/model/model_runner.h"
 #include "kvserve/model/whisper_front_end.h"
 #include "kvserve/platform/kernel_switches_env.h"
@@ -129,27 +129,6 @@ Result<Loaded> load(const TranscribeOptions& o) {
   return l;
 }
 
-// The tokens of a finished request (a final eos included); an abort or a failed batch
-// (FinishKind::kError) is an error.
-Result<std::vector<int32_t>> wait_tokens(engine::RequestStream& stream) {
-  std::vector<int32_t> tokens;
-  std::deque<engine::StreamEvent> events;
-  while (true) {
-    if (!stream.pop_all(events, std::chrono::milliseconds(1000))) continue;
-    for (engine::StreamEvent& e : events) {
-      tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
-      if (!e.finished) continue;
-      if (e.finish.kind == engine::FinishKind::kAbort ||
-          e.finish.kind == engine::FinishKind::kError) {
-        return make_status(StatusCode::kInternal, "{}: {}",
-                           e.finish.kind == engine::FinishKind::kAbort ? "aborted" : "failed",
-                           e.finish.message);
-      }
-      return tokens;
-    }
-  }
-}
-
 std::string format_line(const TranscribeOptions& o, const PendingFile& f, const std::string& text,
                         const std::vector<int32_t>& tokens) {
   if (o.response_format == "text") return fmt::format("{}: {}", f.name, text);
@@ -197,7 +176,7 @@ int run_transcribe(TranscribeOptions o) {
   }
   size_t generated = 0;
   for (const PendingFile& f : pending) {
-    auto tokens = wait_tokens(*f.stream);
+    auto tokens = engine::wait_for_tokens(*f.stream, "transcription");
     if (!tokens.is_ok()) return fail(tokens.status());
     generated += tokens->size();
     fmt::print("{}\n", format_line(o, f, t.text(*tokens), *tokens));

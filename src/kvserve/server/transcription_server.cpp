@@ -5,10 +5,8 @@
 
 #include <atomic>
 #include <charconv>
-#include <chrono>
 #include <climits>
 #include <cmath>
-#include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,6 +14,7 @@
 
 #include "kvserve/core/logging.h"
 #include "kvserve/core/version.h"
+#include "kvserve/engine/stream_tokens.h"
 #include "kvserve/mem/encoder_layout.h"
 #include "kvserve/server/errors.h"
 
@@ -109,27 +108,6 @@ std::optional<ApiError> parse_fields(const httplib::Request& req, const std::str
     r.seed = value;
   }
   return std::nullopt;
-}
-
-// Waits for a request's tokens (a final eos included); an abort (shutdown) or a failed batch
-// (FinishKind::kError) is kUnavailable (503: a retry may succeed).
-Result<std::vector<int32_t>> wait_tokens(engine::RequestStream& stream) {
-  std::vector<int32_t> tokens;
-  std::deque<engine::StreamEvent> events;
-  while (true) {
-    if (!stream.pop_all(events, std::chrono::milliseconds(1000))) continue;
-    for (engine::StreamEvent& e : events) {
-      tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
-      if (!e.finished) continue;
-      if (e.finish.kind == engine::FinishKind::kAbort) {
-        return unavailable("the transcription was aborted: {}", e.finish.message);
-      }
-      if (e.finish.kind == engine::FinishKind::kError) {  // its batch failed; the engine goes on
-        return unavailable("the transcription failed: {}", e.finish.message);
-      }
-      return tokens;
-    }
-  }
 }
 
 ordered_json verbose_json(const TranscriptionRequest& r, double seconds, const std::string& text,
@@ -276,7 +254,7 @@ void TranscriptionServer::install_routes() {
     request.encoder_input = std::make_shared<std::vector<float>>(std::move(audio->features));
     auto stream = engine_.submit(request);
     if (!stream.is_ok()) return send_error(res, from_status(stream.status()));
-    auto tokens = wait_tokens(**stream);
+    auto tokens = engine::wait_for_tokens(**stream, "transcription");
     if (!tokens.is_ok()) return send_error(res, from_status(tokens.status()));
     const std::string text = t.text(*tokens);
     if (r.response_format == "text") {
