@@ -39,6 +39,13 @@ struct AttentionLayer {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   float scaling = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
+  // Sliding window (Mistral, Qwen2, Gemma): a query at position p sees the KV positions
+  // [p - window_left, p]; -1: the whole causal context. config.json's sliding_window w (transformers:
+  // key position > query position - w) is window_left w - 1, SGLang's and FlashInfer's convention.
+  int32_t window_left = -1;
+  // Gemma 2's attention soft-capping: score = logit_softcap * tanh(score / logit_softcap), after the
+  // scaling and before the softmax; 0: none.
+  float logit_softcap = 0.0f;
   bool is_cross_attention = false;
 };
 

@@ -151,6 +151,14 @@ Status check_attention_support(AttentionBackendKind kind, const AttentionRequire
     return unsupported(fmt::format("{}: rope_scaling.rope_type {}", need.source, *need.rope_type),
                        fmt::format("rope types {}", fmt::join(c.rope_types, ", ")));
   }
+  if (!need.sliding_window_field.empty() && !c.sliding_window) {
+    return unsupported(fmt::format("{}: {}", need.source, need.sliding_window_field),
+                       "full attention only (no sliding window)");
+  }
+  if (!need.logit_softcap_field.empty() && !c.logit_softcap) {
+    return unsupported(fmt::format("{}: {}", need.source, need.logit_softcap_field),
+                       "attention without soft-capping");
+  }
   if (need.cross_attention && !c.cross_attention) {
     return unsupported(fmt::format("{}: an encoder-decoder model", need.source),
                        "decoder-only models");

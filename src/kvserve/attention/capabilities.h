@@ -41,6 +41,8 @@ struct AttentionCapabilities {
   // Rows whose decoder region starts inside a page (Whisper's ragged encoder KV layout).
   bool ragged_encoder_rows = false;
   bool decode_graphs = false;
+  bool sliding_window = false;  // AttentionLayer::window_left >= 0 (per layer)
+  bool logit_softcap = false;   // AttentionLayer::logit_softcap > 0
   std::string_view description;  // one line, for --help and errors
 };
 
@@ -68,6 +70,10 @@ struct AttentionRequirements {
   std::optional<std::string> rope_type;  // nullopt: no rotary embedding (Whisper)
   bool cross_attention = false;
   bool ragged_encoder_rows = false;  // set only with a page size > 1
+  // The config field that asks for a sliding window / attention soft-capping, when one does
+  // ("sliding_window", "attn_logit_softcapping"); empty: the model needs none.
+  std::string sliding_window_field;
+  std::string logit_softcap_field;
   int32_t page_size = 1;             // --page-size
   DType kv_dtype = DType::kF32;      // --kv-cache-dtype, resolved (auto: the compute dtype)
   DeviceKind device = DeviceKind::kCpu;

@@ -56,6 +56,11 @@ struct PagedDecodeParams {
   int32_t tokens_per_split = 0;      // >= the longest sequence when num_splits == 1
   int32_t min_tokens_per_split = 0;  // > 0: per-request splits (tokens_per_split unused)
   float sm_scale = 0;                // 1 / sqrt(head_dim) usually
+  // Sliding window and soft-capping, as attention::AttentionLayer (attention/backend.h) defines
+  // them: a query at position p sees KV positions [p - window_left, p] (-1: all it may see);
+  // score = logit_softcap * tanh(score / logit_softcap) after the scaling (0: none).
+  int32_t window_left = -1;
+  float logit_softcap = 0.0f;
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
   // platform's KernelSwitches::pdl.
   bool pdl = true;

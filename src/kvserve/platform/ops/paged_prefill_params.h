@@ -54,6 +54,11 @@ struct PagedPrefillParams {
   int32_t page_size = 1;  // 1, 16, 32, 64 or 128
   bool causal = true;
   float sm_scale = 0;  // 1 / sqrt(head_dim) usually
+  // Sliding window and soft-capping, as attention::AttentionLayer (attention/backend.h) defines
+  // them: a query at position p sees KV positions [p - window_left, p] (-1: all it may see);
+  // score = logit_softcap * tanh(score / logit_softcap) after the scaling (0: none).
+  int32_t window_left = -1;
+  float logit_softcap = 0.0f;
   PrefillVariant variant = PrefillVariant::kAuto;
 };
 

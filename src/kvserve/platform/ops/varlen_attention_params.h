@@ -63,6 +63,11 @@ struct VarlenAttentionParams {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;  // 16, 32, 64 or 128 on CUDA
   float scaling = 1.0f;
+  // Sliding window and soft-capping, as attention::AttentionLayer (attention/backend.h) defines
+  // them: a query at position p sees KV positions [p - window_left, p] (-1: all it may see);
+  // score = logit_softcap * tanh(score / logit_softcap) after the scaling (0: none).
+  int32_t window_left = -1;
+  float logit_softcap = 0.0f;
   bool causal = false;
 };
 
