@@ -1,6 +1,6 @@
 // The CUDA layer ops (platform/cuda/layer_ops.cu, gemm.cpp) against the CPU ops on the same
 // bf16-rounded inputs, on odd sizes: embedding and argmax exactly; RMSNorm (with and without the
-// fused residual), split-qkv + rope, SiLU-and-mul within bf16 rounding of the f32 result; the
+// fused residual), split-qkv + rope (every rope_scaling type), SiLU-and-mul within bf16 rounding of the f32 result; the
 // cuBLASLt GEMM (bias, f32 output) against a float64 product. Skips itself without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,9 @@
 #include <numeric>
 #include <random>
 
+#include "kvserve/checkpoint/config.h"
 #include "kvserve/core/dtype.h"
+#include "kvserve/model/rope.h"
 #include "kvserve/platform/ops/gemm.h"
 #include "kvserve/platform/ops/layer_ops.h"
 #include "kvserve/platform/platform.h"
@@ -223,6 +225,114 @@ TEST_F(LayerOpsGpuTest, SplitQkvRopeAndSiluAndMul) {
                                 .inter = qd / 2});
       // The device read its own bf16 q, the CPU its f32 q: two roundings apart at most.
       expect_close(act, download_bf16(dact, n * qd / 2), 4 * kBf16, "silu_and_mul");
+    }
+  }
+}
+
+// Every rope_scaling type (model/rope.h tables: rows per length, attention factor), on the
+// split + rope kernels (head_dim 64: the 16-byte path; 72: the scalar kernel) and the in-place
+// rope kernel, against the CPU ops; each token picks the row of a random request length.
+TEST_F(LayerOpsGpuTest, RopeScalingTypesMatchTheCpuOps) {
+  for (const std::string type : {"default", "linear", "dynamic", "yarn", "longrope", "llama3"}) {
+    for (const int32_t head_dim : {64, 72}) {
+      checkpoint::ModelConfig c;
+      c.head_dim = head_dim;
+      c.max_position_embeddings = 64;
+      c.rope_theta = 10000.0;
+      auto& sc = c.rope_scaling;
+      sc.rope_type = type;
+      sc.factor = 4.0;
+      sc.original_max_position_embeddings = 64;
+      sc.attention_factor = type == "yarn" || type == "longrope" ? 1.1386 : 1.0;
+      for (int32_t i = 0; i < head_dim / 2; ++i) {
+        sc.short_factor.push_back(1.0 + 0.02 * i);
+        sc.long_factor.push_back(1.0 + 0.2 * i);
+      }
+      const int64_t context = 300;
+      const model::RopeTable table = model::make_rope_table(c, head_dim, context);
+      const int32_t heads = 4, kv_heads = 2;
+      const int64_t n = 37, qd = int64_t{heads} * head_dim, kvd = int64_t{kv_heads} * head_dim;
+      std::vector<float> qkv;
+      Tensor dqkv = random_bf16(qkv, n * (qd + 2 * kvd));
+      std::vector<int32_t> positions(n), rows(n);
+      std::uniform_int_distribution<int64_t> len(1, context);
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t l = len(rng_);
+        positions[t] = static_cast<int32_t>(l - 1);
+        rows[t] = table.row_for(l);
+      }
+      Tensor dpos = upload(positions.data(), DType::kI32, n);
+      Tensor drows = upload(rows.data(), DType::kI32, n);
+      Tensor dfreq =
+          upload(table.inv_freq.data(), DType::kF32, static_cast<int64_t>(table.inv_freq.size()));
+      std::vector<float> q(n * qd), k(n * kvd), v(n * kvd);
+      Tensor dq = empty(DType::kBF16, n * qd), dk = empty(DType::kBF16, n * kvd),
+             dv = empty(DType::kBF16, n * kvd);
+      ops::SplitQkvRopeParams p{.qkv = qkv.data(),
+                                .q = q.data(),
+                                .k = k.data(),
+                                .v = v.data(),
+                                .positions = positions.data(),
+                                .inv_freq = table.inv_freq.data(),
+                                .rope_rows = table.length_dependent ? rows.data() : nullptr,
+                                .attention_factor = table.attention_factor,
+                                .num_tokens = n,
+                                .num_heads = heads,
+                                .num_kv_heads = kv_heads,
+                                .head_dim = head_dim,
+                                .rotary_dim = head_dim};
+      ops::cpu::split_qkv_rope(p);
+      p.qkv = dqkv.data();
+      p.q = dq.data();
+      p.k = dk.data();
+      p.v = dv.data();
+      p.dtype = DType::kBF16;
+      p.positions = dpos.data_as<int32_t>();
+      p.inv_freq = dfreq.data_as<float>();
+      p.rope_rows = table.length_dependent ? drows.data_as<int32_t>() : nullptr;
+      ops::split_qkv_rope(*gpu_, p);
+      const std::string what = type + " head_dim " + std::to_string(head_dim);
+      expect_close(q, download_bf16(dq, n * qd), 2 * kBf16, what + " split q");
+      expect_close(k, download_bf16(dk, n * kvd), 2 * kBf16, what + " split k");
+
+      // The in-place op on the unrotated q / k (the split's v-less copy of the inputs).
+      std::vector<float> q2(n * qd), k2(n * kvd);
+      std::vector<uint16_t> q2_bits(n * qd), k2_bits(n * kvd);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i < qd; ++i)
+          q2[t * qd + i] = qkv[t * (qd + 2 * kvd) + i];
+        for (int64_t i = 0; i < kvd; ++i)
+          k2[t * kvd + i] = qkv[t * (qd + 2 * kvd) + qd + i];
+      }
+      for (size_t i = 0; i < q2.size(); ++i)
+        q2_bits[i] = float_to_bf16(q2[i]);
+      for (size_t i = 0; i < k2.size(); ++i)
+        k2_bits[i] = float_to_bf16(k2[i]);
+      Tensor dq2 = upload(q2_bits.data(), DType::kBF16, n * qd);
+      Tensor dk2 = upload(k2_bits.data(), DType::kBF16, n * kvd);
+      ops::RopeParams r{.q = q2.data(),
+                        .k = k2.data(),
+                        .positions = positions.data(),
+                        .inv_freq = table.inv_freq.data(),
+                        .rope_rows = p.rope_rows != nullptr ? rows.data() : nullptr,
+                        .attention_factor = table.attention_factor,
+                        .num_tokens = n,
+                        .q_stride = qd,
+                        .k_stride = kvd,
+                        .num_heads = heads,
+                        .num_kv_heads = kv_heads,
+                        .head_dim = head_dim,
+                        .rotary_dim = head_dim};
+      ops::cpu::rope(r);
+      r.q = dq2.data();
+      r.k = dk2.data();
+      r.dtype = DType::kBF16;
+      r.positions = p.positions;
+      r.inv_freq = p.inv_freq;
+      r.rope_rows = p.rope_rows;
+      ops::rope(*gpu_, r);
+      expect_close(q2, download_bf16(dq2, n * qd), 2 * kBf16, what + " rope q");
+      expect_close(k2, download_bf16(dk2, n * kvd), 2 * kBf16, what + " rope k");
     }
   }
 }

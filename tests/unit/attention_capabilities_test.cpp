@@ -78,9 +78,11 @@ std::vector<Case> cases() {
       {"paged_kv_fp8", Kind::kCudaPaged, [](auto& n) { n.kv_dtype = DType::kFP8E5M2; },
        StatusCode::kOk, ""},
       {"paged_rope_yarn", Kind::kCudaPaged, [](auto& n) { n.rope_type = "yarn"; },
+       StatusCode::kOk, ""},
+      {"paged_rope_su", Kind::kCudaPaged, [](auto& n) { n.rope_type = "su"; },
        StatusCode::kUnimplemented,
-       "config.json: rope_scaling.rope_type yarn: attention backend cuda-paged supports rope "
-       "types default, llama3"},
+       "config.json: rope_scaling.rope_type su: attention backend cuda-paged supports rope "
+       "types default, linear, dynamic, yarn, longrope, llama3"},
       {"paged_ragged_rows", Kind::kCudaPaged,
        [](auto& n) {
          n.cross_attention = true;

@@ -1,6 +1,8 @@
 // config.json and generation_config.json: real models' values, Hugging Face's defaults, and every
 // error naming the file and the field.
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <initializer_list>
@@ -348,10 +350,27 @@ TEST(ModelConfigErrors, UnsupportedArchitectureAndFeatures) {
 
 TEST(ModelConfigErrors, RopeScaling) {
   json j = minimal("LlamaForCausalLM");
+  j["rope_scaling"] = {{"rope_type", "su"}, {"factor", 4.0}};
+  expect_error(j, StatusCode::kUnimplemented, {"config.json: rope_scaling.rope_type", "su"});
+  j["rope_scaling"] = {{"type", "ntk"}, {"factor", 2.0}};
+  expect_error(j, StatusCode::kUnimplemented, {"rope_scaling.type", "ntk"});
+  // Each type's required fields.
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_error(j, StatusCode::kUnimplemented, {"config.json: rope_scaling.rope_type", "yarn"});
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_error(j, StatusCode::kUnimplemented, {"rope_scaling.type", "linear"});
+  expect_error(j, StatusCode::kInvalidArgument,
+               {"rope_scaling.original_max_position_embeddings", "missing"});
+  j["rope_scaling"] = {{"rope_type", "linear"}};
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.factor", "missing"});
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 0.5}};
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.factor", ">= 1"});
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"original_max_position_embeddings", 64}};
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.short_factor", "missing"});
+  j["rope_scaling"]["short_factor"] = {1.0, 2.0};
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.short_factor", "2 entries"});
+  j["rope_scaling"] = {{"rope_type", "yarn"},
+                       {"factor", 4.0},
+                       {"original_max_position_embeddings", 64},
+                       {"truncate", "yes"}};
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.truncate"});
   j["rope_scaling"] = {{"factor", 2.0}};
   expect_error(j, StatusCode::kInvalidArgument, {"rope_scaling.rope_type", "missing"});
   j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -370,7 +389,59 @@ TEST(ModelConfigErrors, RopeScaling) {
                {"rope_scaling.original_max_position_embeddings", "string"});
   j.erase("rope_scaling");
   j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 10000.0}};
-  expect_error(j, StatusCode::kUnimplemented, {"rope_parameters.rope_type", "dynamic"});
+  expect_error(j, StatusCode::kInvalidArgument, {"rope_parameters.factor", "missing"});
+}
+
+// What each type leaves out is resolved as transformers 5 resolves it; the default context
+// follows SGLang's get_context_length.
+TEST(ModelConfig, RopeScalingTypesResolveTheirDefaults) {
+  json j = minimal("LlamaForCausalLM");
+  j["max_position_embeddings"] = 256;
+  j["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"rope_theta", 10000.0},
+                          {"factor", 4.0},
+                          {"original_max_position_embeddings", 64}};
+  ModelConfig c = parse_ok(j);
+  EXPECT_EQ(c.rope_scaling.rope_type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_EQ(c.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(c.rope_scaling.beta_slow, 1.0);
+  EXPECT_TRUE(c.rope_scaling.truncate);
+  EXPECT_EQ(default_context_length(c), 256);  // original_max_position_embeddings named: x1
+  j["rope_parameters"]["mscale"] = 0.707;
+  j["rope_parameters"]["mscale_all_dim"] = 0.707;
+  j["rope_parameters"]["beta_fast"] = 0;  // transformers reads `or 32`
+  j["rope_parameters"]["truncate"] = false;
+  c = parse_ok(j);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.beta_fast, 32.0);
+  EXPECT_FALSE(c.rope_scaling.truncate);
+  j["rope_parameters"]["attention_factor"] = 1.25;
+  EXPECT_DOUBLE_EQ(parse_ok(j).rope_scaling.attention_factor, 1.25);
+
+  const int head_dim = parse_ok(j).head_dim;
+  j["rope_parameters"] = {{"rope_type", "longrope"},
+                          {"original_max_position_embeddings", 64},
+                          {"short_factor", std::vector<double>(head_dim / 2, 1.0)},
+                          {"long_factor", std::vector<double>(head_dim / 2, 3.0)}};
+  c = parse_ok(j);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);  // 256 / 64
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, std::sqrt(1.0 + std::log(4.0) / std::log(64.0)));
+  EXPECT_EQ(c.rope_scaling.long_factor[0], 3.0);
+  EXPECT_EQ(default_context_length(c), 256);
+
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  c = parse_ok(j);
+  EXPECT_EQ(c.rope_scaling.attention_factor, 1.0);
+  EXPECT_EQ(default_context_length(c), 512);  // factor x max_position_embeddings
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  EXPECT_EQ(default_context_length(parse_ok(j)), 1024);
+  j["rope_parameters"] = {{"rope_type", "llama3"},
+                          {"factor", 8.0},
+                          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 64}};
+  EXPECT_EQ(default_context_length(parse_ok(j)), 256);
 }
 
 TEST(GenerationConfig, RealFiles) {

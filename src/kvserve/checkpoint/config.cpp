@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <vector>
 
 #include "kvserve/core/json_fields.h"
@@ -60,8 +61,10 @@ constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
     // Position encoding.
     {"rope_theta", kImplemented, kNone, "the rotary base"},
     {"rope_scaling", kImplemented, kInCode,
-     "rope_type default and llama3 are applied; any other type (linear, dynamic, yarn, longrope, "
-     "...) is refused"},
+     "rope_type default, linear, dynamic, yarn, longrope and llama3, as transformers 5 computes "
+     "them (docs/rope-scaling.md); each type's required fields are refused when missing; any "
+     "other type is refused; dynamic and longrope turn off the radix cache, chunked prefill and "
+     "decode graphs; linear and dynamic serve factor x max_position_embeddings by default"},
     {"rope_parameters", kImplemented, kInCode,
      "transformers v5's rope_theta + rope_scaling, the same types; a partial_rotary_factor other "
      "than 1 in it is refused"},
@@ -205,8 +208,47 @@ Result<const ArchitectureInfo*> parse_architecture(const core::JsonFields& f) {
   return info;
 }
 
-// "rope_scaling" (or the rope fields of transformers v5's "rope_parameters").
-Status parse_rope_scaling(const core::JsonFields& parent, std::string_view key, RopeScaling* out) {
+// A list of numbers of exactly `size` entries (longrope's short_factor / long_factor).
+Result<std::vector<double>> required_number_list(const core::JsonFields& f, std::string_view key,
+                                                 int64_t size) {
+  const json* v = f.find(key);
+  if (v == nullptr) return f.error(StatusCode::kInvalidArgument, key, "missing");
+  if (!v->is_array()) {
+    return f.error(StatusCode::kInvalidArgument, key,
+                   fmt::format("expected a list of numbers, got {}", core::describe_json_value(*v)));
+  }
+  std::vector<double> out;
+  for (const json& e : *v) {
+    if (!e.is_number()) {
+      return f.error(StatusCode::kInvalidArgument, key,
+                     fmt::format("expected a list of numbers, got an element {}",
+                                 core::describe_json_value(e)));
+    }
+    out.push_back(e.get<double>());
+    if (!(out.back() > 0.0)) {
+      return f.error(StatusCode::kInvalidArgument, key,
+                     fmt::format("entries must be positive, got {}", out.back()));
+    }
+  }
+  if (static_cast<int64_t>(out.size()) != size) {
+    return f.error(StatusCode::kInvalidArgument, key,
+                   fmt::format("has {} entries, expected head_dim / 2 = {}", out.size(), size));
+  }
+  return out;
+}
+
+// transformers' get_mscale (yarn): 0.1 * mscale * ln(scale) + 1, or 1 for scale <= 1.
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+constexpr std::string_view kSupportedRopeTypes = "default, linear, dynamic, yarn, longrope, llama3";
+
+// "rope_scaling" (or the rope fields of transformers v5's "rope_parameters"). The fields each type
+// reads are those of transformers 5's _compute_*_parameters; what they leave optional is resolved
+// here as they resolve it. `c` has max_position_embeddings and head_dim already.
+Status parse_rope_scaling(const core::JsonFields& parent, std::string_view key, ModelConfig* c) {
+  RopeScaling* out = &c->rope_scaling;
   const json* value = parent.find(key);
   if (value == nullptr) return Status::ok();  // absent or null: no scaling
   KV_RETURN_IF_ERROR(core::JsonFields::expect_object(*value, parent.source(), parent.name(key)));
@@ -226,29 +268,101 @@ Status parse_rope_scaling(const core::JsonFields& parent, std::string_view key, 
     out->rope_type = "default";
     return Status::ok();
   }
-  if (*type != "llama3") {
+  if (*type != "linear" && *type != "dynamic" && *type != "yarn" && *type != "longrope" &&
+      *type != "llama3") {
     return f.error(StatusCode::kUnimplemented, type_key,
-                   fmt::format("'{}' is not supported (supported: default, llama3)", *type));
+                   fmt::format("'{}' is not supported (supported: {})", *type, kSupportedRopeTypes));
   }
-  out->rope_type = "llama3";
-  // Hugging Face requires all four for llama3.
-  KV_ASSIGN_OR_RETURN(out->factor, f.required_number("factor"));
-  KV_ASSIGN_OR_RETURN(out->low_freq_factor, f.required_number("low_freq_factor"));
-  KV_ASSIGN_OR_RETURN(out->high_freq_factor, f.required_number("high_freq_factor"));
-  KV_ASSIGN_OR_RETURN(const int64_t original, f.required_int("original_max_position_embeddings"));
-  out->original_max_position_embeddings = original;
-  if (out->factor < 1.0) {
+  out->rope_type = *type;
+  // factor: required by every type but longrope (there, only the attention factor's input).
+  std::optional<double> factor;
+  if (*type == "longrope") {
+    KV_ASSIGN_OR_RETURN(factor, f.optional_number("factor"));
+  } else {
+    KV_ASSIGN_OR_RETURN(factor, f.required_number("factor"));
+  }
+  // original_max_position_embeddings: required by llama3, yarn and longrope; dynamic and linear
+  // do not read it.
+  if (*type == "llama3" || *type == "yarn" || *type == "longrope") {
+    // Phi-3-style configs keep it beside rope_scaling, at the top level (transformers 5 moves
+    // it into rope_parameters).
+    const bool top_level =
+        !f.has("original_max_position_embeddings") && parent.has("original_max_position_embeddings");
+    const core::JsonFields& holder = top_level ? parent : f;
+    KV_ASSIGN_OR_RETURN(const int64_t original,
+                        holder.required_int("original_max_position_embeddings"));
+    if (original <= 0) {
+      return holder.error(StatusCode::kInvalidArgument, "original_max_position_embeddings",
+                          fmt::format("must be positive, got {}", original));
+    }
+    out->original_max_position_embeddings = original;
+  }
+  if (!factor) {  // longrope: the ratio of the two contexts
+    factor = static_cast<double>(c->max_position_embeddings) /
+             static_cast<double>(out->original_max_position_embeddings);
+  } else if (*factor < 1.0) {
     return f.error(StatusCode::kInvalidArgument, "factor",
-                   fmt::format("must be >= 1, got {}", out->factor));
+                   fmt::format("must be >= 1, got {}", *factor));
   }
-  if (out->low_freq_factor <= 0.0 || out->high_freq_factor <= out->low_freq_factor) {
-    return f.error(StatusCode::kInvalidArgument, "high_freq_factor",
-                   fmt::format("must exceed low_freq_factor ({}) > 0, got {}", out->low_freq_factor,
-                               out->high_freq_factor));
+  out->factor = *factor;
+  if (*type != "llama3" && !f.has("original_max_position_embeddings")) {
+    KV_ASSIGN_OR_RETURN(const std::optional<double> raw_factor, f.optional_number("factor"));
+    out->context_factor = raw_factor.value_or(1.0);
   }
-  if (original <= 0) {
-    return f.error(StatusCode::kInvalidArgument, "original_max_position_embeddings",
-                   fmt::format("must be positive, got {}", original));
+  if (*type == "llama3") {
+    // Hugging Face requires all four for llama3.
+    KV_ASSIGN_OR_RETURN(out->low_freq_factor, f.required_number("low_freq_factor"));
+    KV_ASSIGN_OR_RETURN(out->high_freq_factor, f.required_number("high_freq_factor"));
+    if (out->low_freq_factor <= 0.0 || out->high_freq_factor <= out->low_freq_factor) {
+      return f.error(StatusCode::kInvalidArgument, "high_freq_factor",
+                     fmt::format("must exceed low_freq_factor ({}) > 0, got {}",
+                                 out->low_freq_factor, out->high_freq_factor));
+    }
+  }
+  KV_ASSIGN_OR_RETURN(const std::optional<double> attention_factor,
+                      f.optional_number("attention_factor"));
+  if (attention_factor && !(*attention_factor > 0.0)) {
+    return f.error(StatusCode::kInvalidArgument, "attention_factor",
+                   fmt::format("must be positive, got {}", *attention_factor));
+  }
+  if (*type == "yarn") {
+    KV_ASSIGN_OR_RETURN(const std::optional<double> mscale, f.optional_number("mscale"));
+    KV_ASSIGN_OR_RETURN(const std::optional<double> mscale_all_dim,
+                        f.optional_number("mscale_all_dim"));
+    if (attention_factor) {
+      out->attention_factor = *attention_factor;
+    } else if (mscale.value_or(0.0) != 0.0 && mscale_all_dim.value_or(0.0) != 0.0) {
+      out->attention_factor =
+          yarn_mscale(out->factor, *mscale) / yarn_mscale(out->factor, *mscale_all_dim);
+    } else {
+      out->attention_factor = yarn_mscale(out->factor, 1.0);
+    }
+    // transformers reads these with `or`: 0 (or absent) means the default.
+    KV_ASSIGN_OR_RETURN(const std::optional<double> beta_fast, f.optional_number("beta_fast"));
+    KV_ASSIGN_OR_RETURN(const std::optional<double> beta_slow, f.optional_number("beta_slow"));
+    out->beta_fast = beta_fast.value_or(0.0) != 0.0 ? *beta_fast : 32.0;
+    out->beta_slow = beta_slow.value_or(0.0) != 0.0 ? *beta_slow : 1.0;
+    if (!(out->beta_fast > 0.0) || !(out->beta_slow > 0.0)) {
+      return f.error(StatusCode::kInvalidArgument, out->beta_fast > 0.0 ? "beta_slow" : "beta_fast",
+                     fmt::format("must be positive, got beta_fast {} and beta_slow {}",
+                                 out->beta_fast, out->beta_slow));
+    }
+    KV_ASSIGN_OR_RETURN(const std::optional<bool> truncate, f.optional_bool("truncate"));
+    out->truncate = truncate.value_or(true);
+  }
+  if (*type == "longrope") {
+    const int64_t half = c->head_dim / 2;
+    KV_ASSIGN_OR_RETURN(out->short_factor, required_number_list(f, "short_factor", half));
+    KV_ASSIGN_OR_RETURN(out->long_factor, required_number_list(f, "long_factor", half));
+    if (attention_factor) {
+      out->attention_factor = *attention_factor;
+    } else if (out->factor <= 1.0) {
+      out->attention_factor = 1.0;
+    } else {
+      out->attention_factor =
+          std::sqrt(1.0 + std::log(out->factor) /
+                              std::log(static_cast<double>(out->original_max_position_embeddings)));
+    }
   }
   return Status::ok();
 }
@@ -256,7 +370,7 @@ Status parse_rope_scaling(const core::JsonFields& parent, std::string_view key, 
 Status parse_rope(const core::JsonFields& f, ModelConfig* c) {
   KV_ASSIGN_OR_RETURN(const std::optional<double> theta, f.optional_number("rope_theta"));
   if (theta) c->rope_theta = *theta;
-  KV_RETURN_IF_ERROR(parse_rope_scaling(f, "rope_scaling", &c->rope_scaling));
+  KV_RETURN_IF_ERROR(parse_rope_scaling(f, "rope_scaling", c));
   // transformers v5 moves rope_theta and the scaling into "rope_parameters".
   if (const json* params = f.find("rope_parameters"); params != nullptr) {
     KV_RETURN_IF_ERROR(core::JsonFields::expect_object(*params, f.source(), "rope_parameters"));
@@ -264,7 +378,7 @@ Status parse_rope(const core::JsonFields& f, ModelConfig* c) {
     KV_ASSIGN_OR_RETURN(const std::optional<double> p_theta, p.optional_number("rope_theta"));
     if (p_theta) c->rope_theta = *p_theta;
     if (p.has("rope_type") || p.has("type")) {
-      KV_RETURN_IF_ERROR(parse_rope_scaling(f, "rope_parameters", &c->rope_scaling));
+      KV_RETURN_IF_ERROR(parse_rope_scaling(f, "rope_parameters", c));
     }
     KV_ASSIGN_OR_RETURN(const std::optional<double> partial,
                         p.optional_number("partial_rotary_factor"));
@@ -475,6 +589,11 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   KV_ASSIGN_OR_RETURN(c.bos_token_id, f.optional_token_id("bos_token_id"));
   KV_ASSIGN_OR_RETURN(c.eos_token_ids, f.token_id_list("eos_token_id"));
   return c;
+}
+
+int64_t default_context_length(const ModelConfig& c) {
+  return static_cast<int64_t>(c.rope_scaling.context_factor *
+                              static_cast<double>(c.max_position_embeddings));
 }
 
 Status check_served_context(const ModelConfig& c, int64_t context_length, std::string_view source) {

@@ -32,14 +32,35 @@ namespace kvserve::checkpoint {
 
 enum class Architecture { kLlama, kQwen2, kMistral };
 
-// config.json "rope_scaling"; rope_type "default" means none. Only "llama3" is applied beyond
-// the default (the llama3 type's frequency-dependent scaling of inv_freq).
+// config.json "rope_scaling" (or transformers v5's "rope_parameters"); rope_type "default" means
+// none. Every type transformers 5 computes for these architectures is applied (model/rope.h;
+// docs/rope-scaling.md): default, linear, dynamic, yarn, longrope and llama3. Values the config
+// leaves out are resolved at parse time as transformers resolves them (the defaults below, yarn's
+// and longrope's attention_factor, longrope's factor), so the model reads them from here only.
 struct RopeScaling {
   std::string rope_type = "default";
+  // linear: inv_freq / factor; dynamic: the NTK base growth; yarn: the interpolation factor;
+  // llama3: the low-frequency divisor; longrope: only the attention factor's input (default
+  // max_position_embeddings / original_max_position_embeddings).
   double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3, yarn, longrope (required by each); dynamic reads max_position_embeddings instead.
   int64_t original_max_position_embeddings = 8192;
+  // The multiplier of cos and sin: yarn (default from factor, mscale and mscale_all_dim) and
+  // longrope (default sqrt(1 + ln(factor) / ln(original_max_position_embeddings))); 1 otherwise.
+  double attention_factor = 1.0;
+  double beta_fast = 32.0;  // yarn; 0 or absent: 32
+  double beta_slow = 1.0;   // yarn; 0 or absent: 1
+  bool truncate = true;     // yarn: floor / ceil the correction range
+  // longrope: per-frequency divisors ([rotary_dim / 2] each), short while the sequence fits the
+  // original context, long past it.
+  std::vector<double> short_factor;
+  std::vector<double> long_factor;
+  // SGLang's get_context_length multiplier of max_position_embeddings: the config's factor
+  // (1 when absent) unless the type is llama3 or the scaling names original_max_position_embeddings
+  // (max_position_embeddings is then already the extended context); 1 without scaling.
+  double context_factor = 1.0;
 };
 
 struct ModelConfig {
@@ -76,6 +97,10 @@ struct ModelConfig {
 Result<ModelConfig> load_model_config(const std::filesystem::path& dir);
 // Parses a config.json text (`source` names it in errors).
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
+
+// The context length served when --context-length is not given: max_position_embeddings times
+// rope_scaling.context_factor, truncated to an integer, as SGLang's get_context_length.
+int64_t default_context_length(const ModelConfig& config);
 
 // What the engine will serve the model with, checked against what kvserve cannot compute:
 // kUnimplemented naming `source`, sliding_window and its value when the window is smaller than

@@ -11,6 +11,7 @@
 #include "kvserve/core/logging.h"
 #include "kvserve/mem/common.h"
 #include "kvserve/mem/host_kv_memory.h"
+#include "kvserve/model/rope.h"
 
 namespace kvserve::engine {
 namespace {
@@ -87,7 +88,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
           r.max_total_tokens(), row, r.context_len());
     }
   }
-  const bool chunk_cache = options.disable_radix_cache || r.is_encoder_decoder();
+  // dynamic / longrope rope scaling: a forward's frequencies follow its request's length, so a
+  // prompt split into chunks, or one reusing a prefix another request computed, would rotate its
+  // keys differently from one whole forward (docs/rope-scaling.md): no radix cache, no chunks.
+  const bool length_rope = model::rope_depends_on_length(e->config_.rope_scaling);
+  if (length_rope && (!options.disable_radix_cache || so.chunked_prefill_size > 0)) {
+    KV_LOG_WARN(
+        "rope_scaling {} follows each request's length: the radix cache and chunked prefill are "
+        "off (docs/rope-scaling.md)",
+        e->config_.rope_scaling.rope_type);
+    so.chunked_prefill_size = 0;
+  }
+  const bool chunk_cache = options.disable_radix_cache || r.is_encoder_decoder() || length_rope;
   // The scheduler owns the host side of the KV memory; the runner its device side.
   mem::HostKvMemory memory(
       r.kv_shape(), chunk_cache ? mem::PrefixCacheKind::kChunk : mem::PrefixCacheKind::kRadix,

@@ -169,7 +169,7 @@ CausalLM::~CausalLM() = default;
 
 Result<std::unique_ptr<CausalLM>> CausalLM::load(
     const checkpoint::ModelConfig& c, const checkpoint::WeightStore& weights,
-    platform::Platform& platform,
+    platform::Platform& platform, int64_t max_seq_len,
     const std::function<void(int64_t done, int64_t total)>& on_layer) {
   std::unique_ptr<CausalLM> m(new CausalLM(c, platform));
   WeightLoader loader(weights, platform, m->dtype_);
@@ -209,7 +209,8 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
                         loader.load(p + "post_attention_layernorm.weight", {h}));
     if (on_layer) on_layer(i + 2, steps);
   }
-  const std::vector<float> inv_freq = rope_inv_freq(c.rope_theta, c.head_dim, c.rope_scaling);
+  m->rope_ = make_rope_table(c, c.head_dim, max_seq_len);
+  const std::vector<float>& inv_freq = m->rope_.inv_freq;
   KV_ASSIGN_OR_RETURN(m->inv_freq_,
                       platform.empty(DType::kF32, {static_cast<int64_t>(inv_freq.size())}));
   platform.copy(m->inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float),
@@ -229,6 +230,26 @@ Result<mem::DeviceBatchInts> CausalLM::upload_eager(const mem::ForwardBatch& bat
     // A workspace left half-grown is rebuilt whole by the next reserve (tokens was not raised).
     return make_status(reserved.code(), "activation memory for {} tokens: {}", n,
                        reserved.message());
+  }
+  if (rope_.length_dependent) {
+    // Each token rotates with the frequencies of its request's length after this forward, as
+    // transformers recomputes them from max(position_ids) + 1 (model/rope.h).
+    host_rope_rows_.assign(static_cast<size_t>(n), 0);
+    for (int32_t b = 0; b < batch.batch_size(); ++b) {
+      const int32_t row = rope_.row_for(batch.seq_lens[b]);
+      std::fill_n(host_rope_rows_.begin() + batch.extend_start_loc[b], batch.extend_lens[b], row);
+    }
+    if (rope_rows_.numel() < n) {
+      rope_rows_ = Tensor();
+      auto grown = platform_.empty(DType::kI32, {n});
+      if (!grown.is_ok()) {
+        return make_status(grown.status().code(), "rope rows for {} tokens: {}", n,
+                           grown.status().message());
+      }
+      rope_rows_ = std::move(grown).value();
+    }
+    platform_.copy(rope_rows_.data(), host_rope_rows_.data(), n * sizeof(int32_t),
+                   platform::CopyKind::kHostToDevice);
   }
   return mem::upload_batch_ints(platform_, batch, ws_->host_ints, ws_->ints.data_as<int32_t>());
 }
@@ -263,6 +284,8 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
   const int32_t* ids = in.input_ids;
   const int32_t* positions = in.positions;
   const int32_t* logits_indices = in.logits_indices;
+  // Filled by upload_eager (a length-dependent rope has no static forward).
+  const int32_t* rope_rows = rope_.length_dependent ? rope_rows_.data_as<int32_t>() : nullptr;
 
   auto gemm = [&](const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   int64_t m, int64_t cols, int64_t k) {
@@ -316,6 +339,8 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                                   .dtype = dtype_,
                                   .positions = positions,
                                   .inv_freq = inv_freq_.data_as<float>(),
+                                  .rope_rows = rope_rows,
+                                  .attention_factor = rope_.attention_factor,
                                   .num_tokens = n,
                                   .num_heads = heads,
                                   .num_kv_heads = kv_heads,
@@ -437,6 +462,7 @@ Status CausalLM::reserve_static_workspace(int64_t max_tokens) {
 void CausalLM::forward_static(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                               const int32_t* device_ints) {
   KV_CHECK(static_ws_ != nullptr, "reserve_static_workspace first");
+  KV_CHECK(!rope_.length_dependent, "a static forward of a length-dependent rope");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   backend.launch_decode_graph_metadata();
   // The static workspace and the backend's graph buffers are sized before capture: nothing grows.

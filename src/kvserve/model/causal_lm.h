@@ -14,22 +14,27 @@
 #include "kvserve/checkpoint/config.h"
 #include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/forward_batch.h"
+#include "kvserve/model/rope.h"
 
 namespace kvserve::model {
 
 class CausalLM {
  public:
-  // kNotFound for a missing tensor, kInvalidArgument for a shape mismatch (naming the tensor,
+  // `max_seq_len`: the longest sequence a forward may hold (the rope table of a length-dependent
+  // scaling has a row per length past the original context). kNotFound for a missing tensor, kInvalidArgument for a shape mismatch (naming the tensor,
   // its file, and the expected and actual shapes), kOutOfMemory when the platform cannot hold it.
   // `on_layer(done, total)` is called after the embeddings and after each layer (total = layers
   // + 1), for a progress bar.
   static Result<std::unique_ptr<CausalLM>> load(
       const checkpoint::ModelConfig& config, const checkpoint::WeightStore& weights,
-      platform::Platform& platform,
+      platform::Platform& platform, int64_t max_seq_len,
       const std::function<void(int64_t done, int64_t total)>& on_layer = {});
   ~CausalLM();
 
   const checkpoint::ModelConfig& config() const { return config_; }
+  // Whether the rotary frequencies follow each request's length (dynamic, longrope: model/rope.h);
+  // such a model has no static forward (decode graphs).
+  bool rope_depends_on_length() const { return rope_.length_dependent; }
   size_t weight_bytes() const { return weight_bytes_; }
 
   // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations; f32 accumulation).
@@ -86,7 +91,10 @@ class CausalLM {
   Tensor final_norm_;    // [hidden]
   std::vector<Layer> layers_;
   DType dtype_;
-  Tensor inv_freq_;  // f32 [head_dim / 2] on the platform
+  RopeTable rope_;
+  Tensor inv_freq_;   // f32 [rope_.rows, head_dim / 2] on the platform
+  Tensor rope_rows_;  // i32 [tokens]: each token's inv_freq row, when rope_.length_dependent
+  std::vector<int32_t> host_rope_rows_;
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<Workspace> static_ws_;  // decode graphs; null until reserved
   size_t weight_bytes_ = 0;

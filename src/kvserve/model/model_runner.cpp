@@ -138,7 +138,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     // What the config asks that kvserve cannot compute for this context length (a sliding
     // window shorter than it): refused here, where the served context is known.
     KV_RETURN_IF_ERROR(checkpoint::check_served_context(
-        config, o.context_length > 0 ? o.context_length : config.max_position_embeddings,
+        config, o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config),
         (model_dir / "config.json").string()));
     need = attention_requirements(config, o);
   }
@@ -160,6 +160,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     return r;
   }
   r->config_ = config;
+  // --context-length, else max_position_embeddings scaled as SGLang's get_context_length scales
+  // it for rope_scaling (checkpoint::default_context_length).
+  const int64_t max_context =
+      o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config);
+  r->context_len_ = static_cast<int32_t>(std::min<int64_t>(max_context, INT32_MAX - kContextSlack));
   KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(model_dir));
   {
     std::optional<ProgressBar> bar;
@@ -170,7 +175,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
         bar->update(done);
       };
     }
-    KV_ASSIGN_OR_RETURN(r->model_, CausalLM::load(config, *weights, *r->platform_, on_layer));
+    KV_ASSIGN_OR_RETURN(r->model_, CausalLM::load(config, *weights, *r->platform_,
+                                                  int64_t{r->context_len_} + kContextSlack,
+                                                  on_layer));
   }
 
   KV_ASSIGN_OR_RETURN(r->backend_,
@@ -179,9 +186,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   const bool on_cpu = device.is_cpu();
   KV_CHECK(r->model_->dtype() == CausalLM::compute_dtype(device.kind), "the compute dtype rule");
   const DType kv_dtype = need.kv_dtype;  // checked against the backend's KV dtypes above
-  const int64_t max_context =
-      o.context_length > 0 ? o.context_length : config.max_position_embeddings;
-  r->context_len_ = static_cast<int32_t>(std::min<int64_t>(max_context, INT32_MAX - kContextSlack));
 
   mem::KvPoolConfig pool{.num_layers = config.num_hidden_layers,
                          .num_kv_heads = config.num_key_value_heads,
@@ -211,7 +215,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   }
 
   if (!on_cpu && !o.disable_cuda_graph) {
-    if (!r->backend_->supports_decode_graphs()) {
+    if (r->model_->rope_depends_on_length()) {
+      // A decode step's frequencies follow each request's length (docs/rope-scaling.md).
+      KV_LOG_INFO("rope_scaling {} follows the sequence length: decode runs eagerly",
+                  config.rope_scaling.rope_type);
+    } else if (!r->backend_->supports_decode_graphs()) {
       KV_LOG_INFO("attention backend {} has no decode graphs: decode runs eagerly",
                   r->backend_->name());
     } else {

@@ -87,10 +87,11 @@ void rope(const RopeParams& p) {
     float cos_t[512];
     float sin_t[512];
     const auto pos = static_cast<float>(p.positions[t]);
+    const float* inv_freq = p.inv_freq + (p.rope_rows != nullptr ? p.rope_rows[t] : 0) * half;
     for (int32_t i = 0; i < half; ++i) {
-      const float angle = pos * p.inv_freq[i];
-      cos_t[i] = std::cos(angle);
-      sin_t[i] = std::sin(angle);
+      const float angle = pos * inv_freq[i];
+      cos_t[i] = std::cos(angle) * p.attention_factor;
+      sin_t[i] = std::sin(angle) * p.attention_factor;
     }
     auto rotate = [&](float* base, int32_t heads) {
       for (int32_t h = 0; h < heads; ++h) {
@@ -160,6 +161,8 @@ void split_qkv_rope(const SplitQkvRopeParams& p) {
         .dtype = p.dtype,
         .positions = p.positions,
         .inv_freq = p.inv_freq,
+        .rope_rows = p.rope_rows,
+        .attention_factor = p.attention_factor,
         .num_tokens = p.num_tokens,
         .q_stride = qd,
         .k_stride = kvd,

@@ -183,14 +183,22 @@ bool aligned16(const void* ptr) {
 
 // ---- rotary embedding -------------------------------------------------------------------------
 
+// Token t's row of the inverse frequencies ([rows, half]; RopeParams).
+__device__ __forceinline__ const float* inv_freq_row(const float* inv_freq, const int32_t* rows,
+                                                     int64_t t, int half) {
+  return inv_freq + (rows != nullptr ? static_cast<int64_t>(rows[t]) * half : 0);
+}
+
 // The rotated value of element d (< rotary_dim) of one head; angle = position * inv_freq in f32,
-// as Hugging Face computes it.
+// as Hugging Face computes it, cos and sin times the attention factor.
 template <typename T>
 __device__ __forceinline__ float rotated(const T* head, int d, int half, float pos,
-                                         const float* inv_freq) {
+                                         const float* inv_freq, float attention_factor) {
   const int i = d < half ? d : d - half;
   float s, c;
   sincosf(pos * inv_freq[i], &s, &c);
+  s *= attention_factor;
+  c *= attention_factor;
   const float x1 = to_float(head[i]);
   const float x2 = to_float(head[i + half]);
   return d < half ? x1 * c - x2 * s : x2 * c + x1 * s;
@@ -202,6 +210,7 @@ __global__ void rope_kernel(const __grid_constant__ ops::RopeParams p) {
   const int64_t t = blockIdx.x;
   const int half = p.rotary_dim / 2;
   const float pos = static_cast<float>(p.positions[t]);
+  const float* inv_freq = inv_freq_row(p.inv_freq, p.rope_rows, t, half);
   const int heads = p.num_heads + p.num_kv_heads;
   for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
     const int h = idx / half;
@@ -211,7 +220,9 @@ __global__ void rope_kernel(const __grid_constant__ ops::RopeParams p) {
                : static_cast<T*>(p.k) + t * p.k_stride +
                      static_cast<int64_t>(h - p.num_heads) * p.head_dim;
     float s, c;
-    sincosf(pos * p.inv_freq[i], &s, &c);
+    sincosf(pos * inv_freq[i], &s, &c);
+    s *= p.attention_factor;
+    c *= p.attention_factor;
     const float x1 = to_float(x[i]);
     const float x2 = to_float(x[i + half]);
     x[i] = from_float<T>(x1 * c - x2 * s);
@@ -238,6 +249,7 @@ __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeP
   const int qd = p.num_heads * hd;
   const int kvd = p.num_kv_heads * hd;
   const float pos = static_cast<float>(p.positions[t]);
+  const float* inv_freq = inv_freq_row(p.inv_freq, p.rope_rows, t, half);
   const T* src = static_cast<const T*>(p.qkv) + t * static_cast<int64_t>(qd + 2 * kvd);
   const int64_t kv_row = kv_destination_row(p, t);
   T* k_dst = static_cast<T*>(p.k_cache != nullptr ? p.k_cache : p.k) + kv_row * kvd;
@@ -247,7 +259,8 @@ __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeP
     const T* head = src + (idx - d);
     if (idx < qd + kvd) {
       const float v =
-          d < p.rotary_dim ? rotated(head, d, half, pos, p.inv_freq) : to_float(src[idx]);
+          d < p.rotary_dim ? rotated(head, d, half, pos, inv_freq, p.attention_factor)
+                           : to_float(src[idx]);
       if (idx < qd) {
         static_cast<T*>(p.q)[t * qd + idx] = from_float<T>(v);
       } else {
@@ -275,8 +288,13 @@ __global__ void __launch_bounds__(kRopeThreads)
   const int qd = p.num_heads * hd;
   const int kvd = p.num_kv_heads * hd;
   const float pos = static_cast<float>(p.positions[t]);
-  for (int i = threadIdx.x; i < half; i += kRopeThreads)
-    sincosf(pos * p.inv_freq[i], &sin_t[i], &cos_t[i]);
+  const float* inv_freq = inv_freq_row(p.inv_freq, p.rope_rows, t, half);
+  for (int i = threadIdx.x; i < half; i += kRopeThreads) {
+    float s, c;
+    sincosf(pos * inv_freq[i], &s, &c);
+    sin_t[i] = s * p.attention_factor;
+    cos_t[i] = c * p.attention_factor;
+  }
   __syncthreads();
   const bf16* src = static_cast<const bf16*>(p.qkv) + t * static_cast<int64_t>(qd + 2 * kvd);
   const int64_t kv_row = kv_destination_row(p, t);

@@ -39,15 +39,19 @@ struct RmsNormParams {
 };
 
 // Rotates q and k in place (rotate-half / GPT-NeoX layout): for i < rotary_dim / 2, with
-// angle = positions[t] * inv_freq[i]:
+// f = inv_freq[row * rotary_dim / 2 + i] (row = rope_rows[t], or 0 without rope_rows),
+// angle = positions[t] * f in f32, cos = cos(angle) * attention_factor, sin likewise:
 //   x[i]       = x[i] * cos - x[i + rotary_dim/2] * sin
 //   x[i + d/2] = x[i + d/2] * cos + x[i] * sin
+// (model/rope.h: the rows of a length-dependent scaling, the attention factor of yarn/longrope.)
 struct RopeParams {
   void* q = nullptr;  // [num_tokens, num_heads, head_dim], token stride q_stride
   void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim], token stride k_stride
   DType dtype = DType::kF32;
   const int32_t* positions = nullptr;  // [num_tokens]
-  const float* inv_freq = nullptr;     // [rotary_dim / 2]
+  const float* inv_freq = nullptr;     // [rows, rotary_dim / 2]
+  const int32_t* rope_rows = nullptr;  // [num_tokens], each in [0, rows); null: row 0
+  float attention_factor = 1.0f;
   int64_t num_tokens = 0;
   int64_t q_stride = 0;
   int64_t k_stride = 0;
@@ -79,7 +83,9 @@ struct SplitQkvRopeParams {
   void* v = nullptr;
   DType dtype = DType::kF32;
   const int32_t* positions = nullptr;  // [num_tokens]
-  const float* inv_freq = nullptr;     // [rotary_dim / 2]
+  const float* inv_freq = nullptr;     // [rows, rotary_dim / 2]
+  const int32_t* rope_rows = nullptr;  // [num_tokens], each in [0, rows); null: row 0
+  float attention_factor = 1.0f;
   int64_t num_tokens = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
