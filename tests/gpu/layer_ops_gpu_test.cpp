@@ -1,7 +1,8 @@
 // The CUDA layer ops (platform/cuda/layer_ops.cu, gemm.cpp) against the CPU ops on the same
 // bf16-rounded inputs, on odd sizes: embedding and argmax exactly; RMSNorm (with and without the
-// fused residual), split-qkv + rope (every rope_scaling type), SiLU-and-mul within bf16 rounding of the f32 result; the
-// cuBLASLt GEMM (bias, f32 output) against a float64 product. Skips itself without a CUDA device.
+// fused residual), split-qkv + rope (every rope_scaling type), SiLU-and-mul within bf16 rounding of
+// the f32 result; the cuBLASLt GEMM (bias, f32 output) against a float64 product. Skips itself
+// without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>

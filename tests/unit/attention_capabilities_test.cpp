@@ -77,8 +77,8 @@ std::vector<Case> cases() {
        "fp8_e4m3, fp8_e5m2"},
       {"paged_kv_fp8", Kind::kCudaPaged, [](auto& n) { n.kv_dtype = DType::kFP8E5M2; },
        StatusCode::kOk, ""},
-      {"paged_rope_yarn", Kind::kCudaPaged, [](auto& n) { n.rope_type = "yarn"; },
-       StatusCode::kOk, ""},
+      {"paged_rope_yarn", Kind::kCudaPaged, [](auto& n) { n.rope_type = "yarn"; }, StatusCode::kOk,
+       ""},
       {"paged_rope_su", Kind::kCudaPaged, [](auto& n) { n.rope_type = "su"; },
        StatusCode::kUnimplemented,
        "config.json: rope_scaling.rope_type su: attention backend cuda-paged supports rope "

@@ -426,7 +426,8 @@ TEST(ModelConfig, RopeScalingTypesResolveTheirDefaults) {
                           {"long_factor", std::vector<double>(head_dim / 2, 3.0)}};
   c = parse_ok(j);
   EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);  // 256 / 64
-  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, std::sqrt(1.0 + std::log(4.0) / std::log(64.0)));
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor,
+                   std::sqrt(1.0 + std::log(4.0) / std::log(64.0)));
   EXPECT_EQ(c.rope_scaling.long_factor[0], 3.0);
   EXPECT_EQ(default_context_length(c), 256);
 

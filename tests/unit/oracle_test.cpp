@@ -1,7 +1,8 @@
 // The model runtime against Hugging Face transformers (tools/hf_oracle.py made the fixtures:
 // random checkpoints, last-position logits and 64 greedy tokens per prompt, computed by
 // transformers in fp32). Every page size, both CPU backends, batched and one at a time, with and
-// without prefix reuse (not for the length-dependent rope types) must reproduce them. KVSERVE_ORACLE_DIR overrides the fixture directory.
+// without prefix reuse (not for the length-dependent rope types) must reproduce them.
+// KVSERVE_ORACLE_DIR overrides the fixture directory.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -45,8 +45,7 @@ std::vector<double> ref_inv_freq(const ModelConfig& c, int64_t seq_len) {
     return ref_default(base, dim);
   }
   if (s.rope_type == "longrope") {
-    const auto& ext =
-        seq_len > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
+    const auto& ext = seq_len > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
     auto inv = ref_default(c.rope_theta, dim);
     for (int i = 0; i < dim / 2; ++i)
       inv[i] /= ext[i];
@@ -125,7 +124,8 @@ TEST_P(RopeTypes, InvFreqMatchesTheFloat64Formulas) {
   if (GetParam() == "yarn") {
     c.rope_scaling.truncate = false;
     c.rope_scaling.beta_fast = 16.0;
-    expect_close(model::rope_inv_freq(c, c.head_dim, 0), ref_inv_freq(c, 0), 2e-6, "yarn untruncated");
+    expect_close(model::rope_inv_freq(c, c.head_dim, 0), ref_inv_freq(c, 0), 2e-6,
+                 "yarn untruncated");
   }
 }
 

@@ -20,7 +20,8 @@ constexpr int32_t kCudaPagedPageSizes[] = {1, 16, 32, 64, 128};
 // dims, or the CUDA-core varlen kernel's for the rest).
 constexpr int32_t kCudaRaggedHeadDims[] = {16, 32, 64, 128};
 // rope_scaling types the model's rotary embedding applies (model/rope.h), on every device.
-constexpr std::string_view kRopeTypes[] = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+constexpr std::string_view kRopeTypes[] = {"default", "linear",   "dynamic",
+                                           "yarn",    "longrope", "llama3"};
 
 constexpr AttentionCapabilities kTable[] = {
     {.kind = AttentionBackendKind::kCpu,

@@ -214,8 +214,9 @@ Result<std::vector<double>> required_number_list(const core::JsonFields& f, std:
   const json* v = f.find(key);
   if (v == nullptr) return f.error(StatusCode::kInvalidArgument, key, "missing");
   if (!v->is_array()) {
-    return f.error(StatusCode::kInvalidArgument, key,
-                   fmt::format("expected a list of numbers, got {}", core::describe_json_value(*v)));
+    return f.error(
+        StatusCode::kInvalidArgument, key,
+        fmt::format("expected a list of numbers, got {}", core::describe_json_value(*v)));
   }
   std::vector<double> out;
   for (const json& e : *v) {
@@ -270,8 +271,9 @@ Status parse_rope_scaling(const core::JsonFields& parent, std::string_view key, 
   }
   if (*type != "linear" && *type != "dynamic" && *type != "yarn" && *type != "longrope" &&
       *type != "llama3") {
-    return f.error(StatusCode::kUnimplemented, type_key,
-                   fmt::format("'{}' is not supported (supported: {})", *type, kSupportedRopeTypes));
+    return f.error(
+        StatusCode::kUnimplemented, type_key,
+        fmt::format("'{}' is not supported (supported: {})", *type, kSupportedRopeTypes));
   }
   out->rope_type = *type;
   // factor: required by every type but longrope (there, only the attention factor's input).
@@ -286,8 +288,8 @@ Status parse_rope_scaling(const core::JsonFields& parent, std::string_view key, 
   if (*type == "llama3" || *type == "yarn" || *type == "longrope") {
     // Phi-3-style configs keep it beside rope_scaling, at the top level (transformers 5 moves
     // it into rope_parameters).
-    const bool top_level =
-        !f.has("original_max_position_embeddings") && parent.has("original_max_position_embeddings");
+    const bool top_level = !f.has("original_max_position_embeddings") &&
+                           parent.has("original_max_position_embeddings");
     const core::JsonFields& holder = top_level ? parent : f;
     KV_ASSIGN_OR_RETURN(const int64_t original,
                         holder.required_int("original_max_position_embeddings"));

@@ -21,9 +21,10 @@ namespace kvserve::model {
 class CausalLM {
  public:
   // `max_seq_len`: the longest sequence a forward may hold (the rope table of a length-dependent
-  // scaling has a row per length past the original context). kNotFound for a missing tensor, kInvalidArgument for a shape mismatch (naming the tensor,
-  // its file, and the expected and actual shapes), kOutOfMemory when the platform cannot hold it.
-  // `on_layer(done, total)` is called after the embeddings and after each layer (total = layers
+  // scaling has a row per length past the original context). kNotFound for a missing tensor,
+  // kInvalidArgument for a shape mismatch (naming the tensor, its file, and the expected and actual
+  // shapes), kOutOfMemory when the platform cannot hold it. `on_layer(done, total)` is called after
+  // the embeddings and after each layer (total = layers
   // + 1), for a progress bar.
   static Result<std::unique_ptr<CausalLM>> load(
       const checkpoint::ModelConfig& config, const checkpoint::WeightStore& weights,

@@ -138,7 +138,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     // What the config asks that kvserve cannot compute for this context length (a sliding
     // window shorter than it): refused here, where the served context is known.
     KV_RETURN_IF_ERROR(checkpoint::check_served_context(
-        config, o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config),
+        config,
+        o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config),
         (model_dir / "config.json").string()));
     need = attention_requirements(config, o);
   }
@@ -175,9 +176,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
         bar->update(done);
       };
     }
-    KV_ASSIGN_OR_RETURN(r->model_, CausalLM::load(config, *weights, *r->platform_,
-                                                  int64_t{r->context_len_} + kContextSlack,
-                                                  on_layer));
+    KV_ASSIGN_OR_RETURN(r->model_,
+                        CausalLM::load(config, *weights, *r->platform_,
+                                       int64_t{r->context_len_} + kContextSlack, on_layer));
   }
 
   KV_ASSIGN_OR_RETURN(r->backend_,

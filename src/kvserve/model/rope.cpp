@@ -116,8 +116,7 @@ std::vector<float> rope_inv_freq(const checkpoint::ModelConfig& c, int32_t rotar
     return longrope_inv_freq(c.rope_theta, rotary_dim, long_seq ? s.long_factor : s.short_factor);
   }
   if (type == "dynamic" && seq_len > c.max_position_embeddings) {
-    return dynamic_inv_freq(c.rope_theta, rotary_dim, s.factor, c.max_position_embeddings,
-                            seq_len);
+    return dynamic_inv_freq(c.rope_theta, rotary_dim, s.factor, c.max_position_embeddings, seq_len);
   }
   std::vector<float> inv = default_inv_freq(static_cast<float>(c.rope_theta), rotary_dim);
   if (type == "default" || type == "dynamic") return inv;

@@ -33,9 +33,9 @@ bool rope_depends_on_length(const checkpoint::RopeScaling& scaling);
 // Every frequency row a model serving `context_len` positions can use, for the kernels: row r of
 // inv_freq is rope_inv_freq(config, rotary_dim, seq_len) for the lengths row_for maps to r.
 struct RopeTable {
-  int32_t half = 0;              // rotary_dim / 2
-  int32_t rows = 1;              // default, linear, yarn, llama3: 1; longrope: 2; dynamic: more
-  std::vector<float> inv_freq;   // [rows, half]
+  int32_t half = 0;             // rotary_dim / 2
+  int32_t rows = 1;             // default, linear, yarn, llama3: 1; longrope: 2; dynamic: more
+  std::vector<float> inv_freq;  // [rows, half]
   float attention_factor = 1.0f;
   bool length_dependent = false;  // rope_depends_on_length
   // dynamic: the rows past the first are lengths max_position_embeddings + r; longrope: row 1

@@ -258,9 +258,8 @@ __global__ void split_qkv_rope_kernel(const __grid_constant__ ops::SplitQkvRopeP
     const int d = idx % hd;
     const T* head = src + (idx - d);
     if (idx < qd + kvd) {
-      const float v =
-          d < p.rotary_dim ? rotated(head, d, half, pos, inv_freq, p.attention_factor)
-                           : to_float(src[idx]);
+      const float v = d < p.rotary_dim ? rotated(head, d, half, pos, inv_freq, p.attention_factor)
+                                       : to_float(src[idx]);
       if (idx < qd) {
         static_cast<T*>(p.q)[t * qd + idx] = from_float<T>(v);
       } else {
