@@ -25,7 +25,8 @@ struct ArchitectureInfo {
 
 constexpr auto kArchitectures = std::to_array<ArchitectureInfo>({
     {"LlamaForCausalLM", "llama", Architecture::kLlama, 2048,
-     "Llama 2/3/3.1/3.2 and Llama-shaped models: RMSNorm, SwiGLU, GQA, rope (default, llama3)"},
+     "Llama 2/3/3.1/3.2 and Llama-shaped models: RMSNorm, SwiGLU, GQA, rope (default, linear, "
+     "dynamic, yarn, longrope, llama3)"},
     {"Qwen2ForCausalLM", "qwen2", Architecture::kQwen2, 32768,
      "Qwen2 / Qwen2.5: Llama's decoder with q/k/v biases"},
     {"MistralForCausalLM", "mistral", Architecture::kMistral, 4096 * 32,
