@@ -97,10 +97,19 @@ TEST_F(LayerOps, RmsNormWithAndWithoutResidual) {
   EXPECT_NEAR(y[3], x[3] / std::sqrt(ss / cols + 1e-6) * w[3], 1e-5);
 }
 
+// The rotary frequencies of a config with this base and scaling (model/rope).
+std::vector<float> inv_freq_of(double theta, int32_t dim, const checkpoint::RopeScaling& s = {}) {
+  checkpoint::ModelConfig c;
+  c.rope_theta = theta;
+  c.rope_scaling = s;
+  c.max_position_embeddings = 8192;
+  return model::rope_inv_freq(c, dim);
+}
+
 TEST_F(LayerOps, RopeRotatesHalvesByPositionTimesFrequency) {
   const int32_t heads = 3, kv_heads = 1, dim = 16;
   const std::vector<int32_t> pos = {0, 1, 7, 1000};
-  const auto inv = model::rope_inv_freq(10000.0, dim, {});
+  const auto inv = inv_freq_of(10000.0, dim);
   auto q = random(pos.size() * heads * dim, 7);
   auto k = random(pos.size() * kv_heads * dim, 8);
   const auto q0 = q, k0 = k;
@@ -140,7 +149,7 @@ TEST_F(LayerOps, SplitQkvRopeFusedStoreWritesTheCacheRows) {
   const int64_t n = 3, qd = heads * dim, kvd = kv_heads * dim, slots = 9;
   const std::vector<int32_t> pos = {5, 0, 300};
   const std::vector<int32_t> loc = {7, 2, 4};
-  const auto inv = model::rope_inv_freq(10000.0, dim, {});
+  const auto inv = inv_freq_of(10000.0, dim);
   const auto qkv = random(n * (qd + 2 * kvd), 11);
   std::vector<float> q(n * qd), k(n * kvd), v(n * kvd);
   SplitQkvRopeParams p{.qkv = qkv.data(),
@@ -183,14 +192,15 @@ TEST_F(LayerOps, SplitQkvRopeFusedStoreWritesTheCacheRows) {
 }
 
 TEST(Rope, Llama3ScalingBands) {
-  checkpoint::RopeScaling s{.rope_type = "llama3",
-                            .factor = 8,
-                            .low_freq_factor = 1,
-                            .high_freq_factor = 4,
-                            .original_max_position_embeddings = 8192};
+  checkpoint::RopeScaling s;
+  s.rope_type = "llama3";
+  s.factor = 8;
+  s.low_freq_factor = 1;
+  s.high_freq_factor = 4;
+  s.original_max_position_embeddings = 8192;
   const int32_t dim = 128;
-  const auto base = model::rope_inv_freq(500000.0, dim, {});
-  const auto scaled = model::rope_inv_freq(500000.0, dim, s);
+  const auto base = inv_freq_of(500000.0, dim);
+  const auto scaled = inv_freq_of(500000.0, dim, s);
   for (int32_t i = 0; i < dim / 2; ++i) {
     const double f = base[i];
     const double wavelen = 2 * std::numbers::pi / f;
