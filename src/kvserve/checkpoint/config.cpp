@@ -82,8 +82,8 @@ constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
      "Mistral (4096 when the key is absent, none when null: every layer) and Qwen2 (4096 when "
      "absent; only with use_sliding_window: the layers from max_window_layers on, or as "
      "layer_types says): window_left sliding_window - 1 on those layers (docs/sliding-window.md); "
-     "a window at least the served context is full attention; backends without windows (CUDA "
-     "today) refuse a real one at load; Llama: not read, as LlamaAttention"},
+     "a window at least the served context is full attention; a backend without windows "
+     "refuses a real one at load; Llama: not read, as LlamaAttention"},
     {"use_sliding_window", kImplemented, kInCode,
      "Qwen2: turns sliding_window on (see sliding_window); Llama/Mistral: not read, as "
      "transformers"},
