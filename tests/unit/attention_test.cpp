@@ -79,35 +79,42 @@ class AttentionTest : public testing::TestWithParam<Case> {
     return v;
   }
 
-  // out[t] for query row `q` at position `pos` over reference K/V positions [0, visible).
+  // out[t] for query row `q` over reference K/V positions [0, visible), or with a window_left
+  // w >= 0 over [visible - 1 - w, visible); scores soft-capped by `softcap` > 0.
   void reference(const float* q, const std::vector<float>& k, const std::vector<float>& v,
-                 int32_t visible, float* out) const {
+                 int32_t visible, float* out, int32_t window_left = -1, double softcap = 0) const {
     const Case& c = GetParam();
     const int32_t group = c.heads / c.kv_heads;
+    const int32_t first = window_left >= 0 ? std::max(0, visible - 1 - window_left) : 0;
     for (int32_t h = 0; h < c.heads; ++h) {
       const int32_t g = h / group;
-      std::vector<double> s(visible);
+      std::vector<double> s;
       double mx = -INFINITY;
-      for (int32_t j = 0; j < visible; ++j) {
+      for (int32_t j = first; j < visible; ++j) {
         double dot = 0;
         for (int32_t d = 0; d < c.head_dim; ++d) {
           dot += double(q[h * c.head_dim + d]) * k[j * kv_row() + g * c.head_dim + d];
         }
-        s[j] = dot * layer_.scaling;
-        mx = std::max(mx, s[j]);
+        double x = dot * layer_.scaling;
+        if (softcap > 0) x = softcap * std::tanh(x / softcap);
+        s.push_back(x);
+        mx = std::max(mx, x);
       }
       double sum = 0;
       for (auto& x : s)
         sum += x = std::exp(x - mx);
       for (int32_t d = 0; d < c.head_dim; ++d) {
         double acc = 0;
-        for (int32_t j = 0; j < visible; ++j) {
-          acc += s[j] * v[j * kv_row() + g * c.head_dim + d];
+        for (int32_t j = first; j < visible; ++j) {
+          acc += s[j - first] * v[j * kv_row() + g * c.head_dim + d];
         }
         out[h * c.head_dim + d] = visible == 0 ? 0.0f : static_cast<float>(acc / sum);
       }
     }
   }
+
+  // Extend with cached prefixes, then one decode step, with `layer_`'s window and soft-cap.
+  void extend_with_prefixes_then_decode();
 
   void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
     ASSERT_EQ(got.size(), want.size());
@@ -124,8 +131,10 @@ class AttentionTest : public testing::TestWithParam<Case> {
   AttentionLayer layer_;
 };
 
-TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
+void AttentionTest::extend_with_prefixes_then_decode() {
   const int32_t ps = GetParam().page_size;
+  const int32_t wl = layer_.window_left;
+  const double cap = layer_.logit_softcap;
   mem::ReqToTokenPool rows(8, 1024);
   auto alloc = mem::make_allocator(8192, ps);
   mem::ChunkCache cache(rows, *alloc);
@@ -177,7 +186,8 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
       const int64_t t = batch.extend_start_loc[b] + i;
       std::copy_n(&keys[b][(prefix[b] + i) * kv_row()], kv_row(), &k[t * kv_row()]);
       std::copy_n(&values[b][(prefix[b] + i) * kv_row()], kv_row(), &v[t * kv_row()]);
-      reference(&q[t * q_row()], keys[b], values[b], prefix[b] + i + 1, &want[t * q_row()]);
+      reference(&q[t * q_row()], keys[b], values[b], prefix[b] + i + 1, &want[t * q_row()], wl,
+                cap);
     }
   }
   ASSERT_TRUE(backend_->init_forward_metadata(batch).is_ok());
@@ -203,7 +213,7 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
   for (size_t b = 0; b < bs; ++b) {
     std::copy_n(&keys[b][seq_lens[b] * kv_row()], kv_row(), &k[b * kv_row()]);
     std::copy_n(&values[b][seq_lens[b] * kv_row()], kv_row(), &v[b * kv_row()]);
-    reference(&q[b * q_row()], keys[b], values[b], seq_lens[b] + 1, &want[b * q_row()]);
+    reference(&q[b * q_row()], keys[b], values[b], seq_lens[b] + 1, &want[b * q_row()], wl, cap);
   }
   ASSERT_TRUE(backend_->init_forward_metadata(batch).is_ok());
   ASSERT_TRUE(
@@ -211,6 +221,26 @@ TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
           ->forward({.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data()}, layer_, batch)
           .is_ok());
   expect_close(out, want);
+}
+
+TEST_P(AttentionTest, ExtendWithPrefixesThenDecode) {
+  extend_with_prefixes_then_decode();
+}
+
+// Sliding windows of 0 (the token itself), 1, a few tokens and longer than any sequence here,
+// each with and without soft-capping; and soft-capping alone. The prefixes of the test put the
+// window's edge before, inside and after the cached part, on and off page boundaries.
+TEST_P(AttentionTest, SlidingWindowAndSoftcap) {
+  for (const int32_t window_left : {-1, 0, 1, 5, 17, 4096}) {
+    for (const float softcap : {0.0f, 0.5f, 30.0f}) {
+      if (window_left < 0 && softcap == 0) continue;  // ExtendWithPrefixesThenDecode
+      SCOPED_TRACE(testing::Message() << "window_left " << window_left << " softcap " << softcap);
+      layer_.window_left = window_left;
+      layer_.logit_softcap = softcap;
+      extend_with_prefixes_then_decode();
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
@@ -278,10 +308,10 @@ TEST_P(AttentionTest, CrossAttentionOverEncoderRegions) {
     cached.encoder_out_cache_loc.clear();
     out.assign(out.size(), NAN);
     ASSERT_TRUE(backend_->init_forward_metadata(cached).is_ok());
-    ASSERT_TRUE(backend_
-                    ->forward({.q = q.data(), .k = nullptr, .v = nullptr, .out = out.data()}, cross,
-                              cached)
-                    .is_ok());
+    ASSERT_TRUE(
+        backend_
+            ->forward({.q = q.data(), .k = nullptr, .v = nullptr, .out = out.data()}, cross, cached)
+            .is_ok());
     expect_close(out, want);
     for (auto& r : kv)
       mem::release_kv_cache(memory, r, {}, false);

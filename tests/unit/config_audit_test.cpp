@@ -1,8 +1,9 @@
 // The config.json audit (checkpoint/config.h): every field of the audit table is exercised with a
 // value other than its default and is either accepted with the value reflected in ModelConfig
-// (implemented), refused with kUnimplemented naming the field and the value (at parse, or at load
-// for a sliding window shorter than the served context), or accepted with the math unchanged
-// (ignored). A table entry without a case here, or a case for a field the table lacks, fails.
+// (implemented), refused with kUnimplemented naming the field and the value, or accepted with the
+// math unchanged (ignored). Sliding windows: per-layer windows as transformers gives them, full
+// attention where the window covers the served context, refused at load only by a backend without
+// windows. A table entry without a case here, or a case for a field the table lacks, fails.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -34,10 +35,9 @@ json minimal(const std::string& architecture) {
 }
 
 enum class Expect {
-  kAccepted,       // parses; `check` holds on the ModelConfig
-  kRefused,        // kUnimplemented at parse naming the field and `value_text`
-  kRefusedAtLoad,  // parses, then check_served_context refuses max_position_embeddings
-  kSameMath,       // parses to the same ModelConfig as without the patch
+  kAccepted,  // parses; `check` holds on the ModelConfig
+  kRefused,   // kUnimplemented at parse naming the field and `value_text`
+  kSameMath,  // parses to the same ModelConfig as without the patch
 };
 
 struct Case {
@@ -46,7 +46,7 @@ struct Case {
   json patch;  // its keys set on minimal(architecture)
   Expect expect;
   std::function<bool(const ModelConfig&)> check = nullptr;  // kAccepted only
-  const char* value_text = "";  // kRefused / kRefusedAtLoad: in the message
+  const char* value_text = "";                              // kRefused: in the message
   const char* erase = nullptr;  // a key of minimal(architecture) to remove
 };
 
@@ -61,8 +61,7 @@ bool same_math(const ModelConfig& a, const ModelConfig& b) {
          a.rope_scaling.factor == b.rope_scaling.factor && a.rms_norm_eps == b.rms_norm_eps &&
          a.tie_word_embeddings == b.tie_word_embeddings && a.attention_bias == b.attention_bias &&
          a.hidden_act == b.hidden_act && a.torch_dtype == b.torch_dtype &&
-         a.sliding_window == b.sliding_window &&
-         a.sliding_window_layers == b.sliding_window_layers && a.bos_token_id == b.bos_token_id &&
+         a.layer_window_left == b.layer_window_left && a.bos_token_id == b.bos_token_id &&
          a.eos_token_ids == b.eos_token_ids;
 }
 
@@ -234,47 +233,67 @@ std::vector<Case> cases() {
        nullptr,
        "0.5"},
       {"partial_rotary_factor", llama, {{"partial_rotary_factor", 1.0}}, E::kSameMath},
-      {"sliding_window", mistral, {{"sliding_window", 4096}}, E::kRefusedAtLoad, nullptr, "4096"},
-      {"sliding_window", mistral, json::object(), E::kRefusedAtLoad, nullptr, "4096",
-       "sliding_window"},  // MistralConfig's default when the key is absent
+      // Sliding windows: ModelConfig::layer_window_left is sliding_window - 1 on the layers
+      // transformers slides, -1 elsewhere (two layers here).
+      {"sliding_window",
+       mistral,
+       {{"sliding_window", 4096}},
+       E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{4095, 4095};
+       }},
+      {"sliding_window", mistral, json::object(), E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{4095, 4095};
+       },
+       "", "sliding_window"},  // MistralConfig's default when the key is absent
       {"sliding_window",
        mistral,
        {{"sliding_window", nullptr}},
        E::kAccepted,
-       [](C c) { return !c.sliding_window && c.sliding_window_layers == 0; }},
-      {"sliding_window",
-       mistral,
-       {{"sliding_window", 131072}},
-       E::kAccepted,
-       [](C c) { return c.sliding_window == 131072 && c.sliding_window_layers == 2; }},
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{-1, -1};
+       }},
       {"sliding_window", llama, {{"sliding_window", 16}}, E::kSameMath},  // LlamaAttention
       {"use_sliding_window",
        qwen2,
-       {{"use_sliding_window", false}, {"sliding_window", 16}},
+       {{"use_sliding_window", false}, {"sliding_window", 16}, {"max_window_layers", 0}},
        E::kSameMath},
       {"use_sliding_window",
        qwen2,
        {{"use_sliding_window", true}, {"sliding_window", 16}, {"max_window_layers", 0}},
-       E::kRefusedAtLoad,
-       nullptr,
-       "16"},
+       E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{15, 15};
+       }},
+      {"use_sliding_window",
+       qwen2,  // Qwen2Config's sliding_window is 4096 when the key is absent
+       {{"use_sliding_window", true}, {"max_window_layers", 0}},
+       E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{4095, 4095};
+       }},
       {"use_sliding_window",
        mistral,
        {{"use_sliding_window", false}, {"sliding_window", 16}},
-       E::kRefusedAtLoad,
-       nullptr,
-       "16"},  // MistralConfig does not read it
+       E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{15, 15};
+       }},  // MistralConfig does not read it
       {"max_window_layers",
        qwen2,
        {{"use_sliding_window", true}, {"sliding_window", 16}, {"max_window_layers", 1}},
-       E::kRefusedAtLoad,
-       nullptr,
-       "16"},
+       E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{-1, 15};
+       }},
       {"max_window_layers",
        qwen2,  // Qwen2Config's default 28 >= 2 layers: no layer slides
        {{"use_sliding_window", true}, {"sliding_window", 16}},
        E::kAccepted,
-       [](C c) { return !c.sliding_window && c.sliding_window_layers == 0; }},
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{-1, -1};
+       }},
       {"layer_types", llama, {{"layer_types", {"full_attention", "full_attention"}}}, E::kSameMath},
       {"layer_types",
        llama,
@@ -295,15 +314,26 @@ std::vector<Case> cases() {
         {"max_window_layers", 0},
         {"layer_types", {"full_attention", "full_attention"}}},
        E::kAccepted,
-       [](C c) { return !c.sliding_window; }},  // layer_types wins
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{-1, -1};
+       }},  // it wins
       {"layer_types",
-       qwen2,
+       qwen2,  // Gemma-style interleaving, against max_window_layers
        {{"use_sliding_window", true},
         {"sliding_window", 16},
-        {"layer_types", {"full_attention", "sliding_attention"}}},
-       E::kRefusedAtLoad,
-       nullptr,
-       "16"},
+        {"max_window_layers", 1},
+        {"layer_types", {"sliding_attention", "full_attention"}}},
+       E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{15, -1};
+       }},
+      {"layer_types",
+       mistral,  // MistralConfig does not read it: every layer slides
+       {{"sliding_window", 16}, {"layer_types", {"full_attention", "sliding_attention"}}},
+       E::kAccepted,
+       [](C c) {
+         return c.layer_window_left == std::vector<int32_t>{15, 15};
+       }},
       {"layer_types",
        mistral,
        {{"layer_types", {"chunked_attention", "full_attention"}}},
@@ -381,7 +411,6 @@ std::string describe(const Case& c) {
 void expect_names(const Status& s, const Case& c) {
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << describe(c) << ": " << s.to_string();
   for (const std::string& part : {std::string(c.field), std::string(c.value_text)}) {
-    if (c.expect == Expect::kRefusedAtLoad && part == c.field) continue;  // names sliding_window
     EXPECT_NE(s.message().find(part), std::string::npos)
         << describe(c) << ": '" << part << "' not in: " << s.message();
   }
@@ -406,27 +435,11 @@ TEST(ConfigAudit, EveryCaseIsHandledAsTheTableSays) {
     switch (c.expect) {
       case Expect::kAccepted:
         EXPECT_TRUE(c.check(cfg));
-        EXPECT_TRUE(check_served_context(cfg, cfg.max_position_embeddings, "config.json").is_ok());
         break;
       case Expect::kSameMath: {
         const Result<ModelConfig> plain = parse_model_config(base.dump(), "config.json");
         ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
         EXPECT_TRUE(same_math(cfg, plain.value()));
-        EXPECT_TRUE(check_served_context(cfg, cfg.max_position_embeddings, "config.json").is_ok());
-        break;
-      }
-      case Expect::kRefusedAtLoad: {
-        ASSERT_TRUE(cfg.sliding_window.has_value());
-        EXPECT_GT(cfg.sliding_window_layers, 0);
-        const Status s = check_served_context(cfg, cfg.max_position_embeddings, "config.json");
-        ASSERT_FALSE(s.is_ok());
-        expect_names(s, c);
-        EXPECT_NE(s.message().find(fmt::format("sliding_window {}", c.value_text)),
-                  std::string::npos)
-            << s.message();
-        // A context no longer than the window is the same math as full attention.
-        EXPECT_TRUE(check_served_context(cfg, *cfg.sliding_window, "config.json").is_ok());
-        EXPECT_FALSE(check_served_context(cfg, *cfg.sliding_window + 1, "config.json").is_ok());
         break;
       }
       case Expect::kRefused:
@@ -453,7 +466,7 @@ TEST(ConfigAudit, TheTableAndTheCasesCoverEachOther) {
     for (const Case& c : cases()) {
       if (c.field != a.field) continue;
       accepted |= c.expect == Expect::kAccepted || c.expect == Expect::kSameMath;
-      refused |= c.expect == Expect::kRefused || c.expect == Expect::kRefusedAtLoad;
+      refused |= c.expect == Expect::kRefused;
       same |= c.expect == Expect::kSameMath;
     }
     switch (a.handling) {
@@ -474,8 +487,8 @@ TEST(ConfigAudit, TheTableAndTheCasesCoverEachOther) {
   }
 }
 
-// The sliding-window refusal happens where the context length is known: ModelRunner::create, on a
-// real checkpoint directory, before any weight is read.
+// Where the context length is known (ModelRunner::create), a window that covers it becomes full
+// attention; a smaller one stays, and only a backend with windows serves it.
 class SlidingWindowAtLoad : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -495,52 +508,90 @@ class SlidingWindowAtLoad : public ::testing::Test {
     model::testing::write_file(file, c.dump(2));
   }
 
-  Result<std::unique_ptr<model::ModelRunner>> load(int64_t context_length = 0) {
+  static model::ModelRunnerOptions options(int64_t context_length) {
     model::ModelRunnerOptions o;
     o.max_total_tokens = 1024;
     o.context_length = context_length;
-    return model::ModelRunner::create(dir_.path() / "m", o);
+    return o;
+  }
+
+  Result<std::unique_ptr<model::ModelRunner>> load(int64_t context_length = 0) {
+    return model::ModelRunner::create(dir_.path() / "m", options(context_length));
   }
 
   model::testing::TempDir dir_;
 };
 
-TEST_F(SlidingWindowAtLoad, AWindowShorterThanTheContextIsRefusedNamingIt) {
+TEST_F(SlidingWindowAtLoad, AWindowShorterThanTheContextIsServedWhereABackendHasWindows) {
   set_mistral_window(512);
-  auto r = load();
-  ASSERT_FALSE(r.is_ok());
-  const Status& s = r.status();
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
-  for (const std::string& part :
-       {(dir_.path() / "m" / "config.json").string(), std::string("sliding_window 512"),
-        std::string("context length of 2048"), std::string("no sliding-window attention"),
-        std::string("--context-length 512")}) {
-    EXPECT_NE(s.message().find(part), std::string::npos)
-        << "'" << part << "' not in: " << s.message();
+  for (const std::string backend : {"cpu", "native"}) {
+    model::ModelRunnerOptions o = options(0);
+    o.attention_backend = attention::parse_attention_backend(backend).value();
+    auto r = model::ModelRunner::create(dir_.path() / "m", o);
+    ASSERT_TRUE(r.is_ok()) << backend << ": " << r.status().to_string();
+    EXPECT_EQ((*r)->context_len(), 2048);
+    EXPECT_EQ((*r)->config().layer_window_left, (std::vector<int32_t>{511, 511}));
   }
-  r = load(1024);  // a raised context is checked too
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("context length of 1024"), std::string::npos);
-
-  r = load(512);  // within the window: the same math as full attention
+  // What a backend is asked, and every backend of the table answers by its sliding_window flag
+  // (the CUDA rows as a CUDA device would ask).
+  const Result<ModelConfig> config = load_model_config(dir_.path() / "m");
+  ASSERT_TRUE(config.is_ok());
+  for (const attention::AttentionCapabilities& c : attention::attention_backend_table()) {
+    SCOPED_TRACE(std::string(c.name));
+    model::ModelRunnerOptions o = options(0);
+    o.device = Device{c.device, 0};
+    attention::AttentionRequirements need = model::ModelRunner::attention_requirements(*config, o);
+    EXPECT_EQ(need.sliding_window_field,
+              "sliding_window 512 (smaller than the context length 2048)");
+    // The tiny model's head_dim 16 aside (not every backend has it): only the window differs.
+    need.head_dim = 128;
+    need.kv_dtype = c.kv_dtypes.front();
+    attention::AttentionRequirements full = need;
+    full.sliding_window_field.clear();
+    ASSERT_TRUE(attention::check_attention_support(c.kind, full).is_ok());
+    const Status s = attention::check_attention_support(c.kind, need);
+    EXPECT_EQ(s.is_ok(), c.sliding_window) << s.to_string();
+    if (!s.is_ok()) {
+      EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+      EXPECT_NE(s.message().find("config.json: sliding_window 512"), std::string::npos)
+          << s.message();
+    }
+    // A served context within the window asks for nothing.
+    EXPECT_TRUE(model::ModelRunner::attention_requirements(*config, options(512))
+                    .sliding_window_field.empty());
+  }
+  // Within the window: the same math as full attention, and full attention it is.
+  auto r = load(512);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ((*r)->context_len(), 512);
-  EXPECT_EQ((*r)->config().sliding_window, 512);
+  EXPECT_EQ((*r)->config().layer_window_left, (std::vector<int32_t>{-1, -1}));
 }
 
-TEST_F(SlidingWindowAtLoad, AWindowAtLeastTheContextLoads) {
+TEST_F(SlidingWindowAtLoad, AWindowAtLeastTheContextIsFullAttention) {
   set_mistral_window(2048);
   auto r = load();
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ((*r)->context_len(), 2048);
+  EXPECT_EQ((*r)->config().layer_window_left, (std::vector<int32_t>{-1, -1}));
   r = load(4096);  // --context-length beyond max_position_embeddings: now the window matters
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(r.status().message().find("sliding_window 2048"), std::string::npos);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->config().layer_window_left, (std::vector<int32_t>{2047, 2047}));
 
   set_mistral_window(nullptr);  // Mistral v0.2 on: no window
   r = load(4096);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->config().layer_window_left, (std::vector<int32_t>{-1, -1}));
+}
+
+TEST(SlidingWindow, ServedWindowsAndSlidingLayers) {
+  ModelConfig c;
+  c.num_hidden_layers = 4;
+  c.layer_window_left = {-1, 15, -1, 4095};
+  EXPECT_EQ(sliding_layers(c), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(served_window_left(c, 4097), (std::vector<int32_t>{-1, 15, -1, 4095}));
+  EXPECT_EQ(served_window_left(c, 4096), (std::vector<int32_t>{-1, 15, -1, -1}));  // covers it
+  EXPECT_EQ(served_window_left(c, 17), (std::vector<int32_t>{-1, 15, -1, -1}));
+  EXPECT_EQ(served_window_left(c, 16), (std::vector<int32_t>{-1, -1, -1, -1}));
 }
 
 }  // namespace

@@ -317,7 +317,7 @@ TEST(MakeModel, ShapePresetsHaveTheRealModelsConfigsAndParameterCounts) {
     EXPECT_EQ(ours->rms_norm_eps, real->rms_norm_eps);
     EXPECT_EQ(ours->tie_word_embeddings, real->tie_word_embeddings);
     EXPECT_EQ(ours->attention_bias, real->attention_bias);
-    EXPECT_EQ(ours->sliding_window, real->sliding_window);
+    EXPECT_EQ(ours->layer_window_left, real->layer_window_left);
     EXPECT_EQ(ours->torch_dtype, real->torch_dtype);
     // Token ids are the synthetic tokenizer's, inside the embedding.
     ASSERT_TRUE(ours->bos_token_id.has_value());

@@ -83,7 +83,8 @@ TEST(ModelConfig, Llama32Instruct) {
   EXPECT_FALSE(c.attention_bias);
   EXPECT_EQ(c.hidden_act, "silu");
   EXPECT_EQ(c.torch_dtype, DType::kBF16);
-  EXPECT_FALSE(c.sliding_window.has_value());
+  EXPECT_EQ(c.layer_window_left, std::vector<int32_t>(16, -1));
+  EXPECT_TRUE(sliding_layers(c).empty());
   EXPECT_EQ(c.bos_token_id, 128000);
   EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
 }
@@ -117,7 +118,8 @@ TEST(ModelConfig, Qwen25Instruct) {
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_TRUE(c.attention_bias);  // Qwen2 always has q/k/v biases
   // sliding_window is 32768 in the file but use_sliding_window is false.
-  EXPECT_FALSE(c.sliding_window.has_value());
+  EXPECT_TRUE(sliding_layers(c).empty());
+  EXPECT_EQ(c.layer_window_left.size(), 24u);
   EXPECT_EQ(c.bos_token_id, 151643);
   EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{151645});
 }
@@ -126,13 +128,12 @@ TEST(ModelConfig, Mistral) {
   const ModelConfig v1 = load_ok("mistral-7b-v0.1");
   EXPECT_EQ(v1.architecture, Architecture::kMistral);
   EXPECT_EQ(v1.model_type, "mistral");
-  EXPECT_EQ(v1.sliding_window, 4096);
-  EXPECT_EQ(v1.sliding_window_layers, 32);  // every layer
+  EXPECT_EQ(v1.layer_window_left, std::vector<int32_t>(32, 4095));  // every layer, 4096 - 1
   EXPECT_FALSE(v1.attention_bias);
   EXPECT_EQ(v1.head_dim, 128);
   EXPECT_EQ(v1.rms_norm_eps, 1e-5);
   const ModelConfig v3 = load_ok("mistral-7b-instruct-v0.3");
-  EXPECT_FALSE(v3.sliding_window.has_value());  // "sliding_window": null
+  EXPECT_TRUE(sliding_layers(v3).empty());  // "sliding_window": null
   EXPECT_EQ(v3.vocab_size, 32768);
   EXPECT_EQ(v3.rope_theta, 1000000.0);
 }
@@ -151,7 +152,7 @@ TEST(ModelConfig, DefaultsAsTransformersAppliesThem) {
   EXPECT_FALSE(llama.attention_bias);
   EXPECT_EQ(llama.hidden_act, "silu");
   EXPECT_EQ(llama.torch_dtype, DType::kF32);  // no declared dtype: transformers loads float32
-  EXPECT_FALSE(llama.sliding_window.has_value());
+  EXPECT_EQ(llama.layer_window_left, (std::vector<int32_t>{-1, -1}));
   EXPECT_FALSE(llama.bos_token_id.has_value());
   EXPECT_TRUE(llama.eos_token_ids.empty());
 
@@ -163,8 +164,8 @@ TEST(ModelConfig, DefaultsAsTransformersAppliesThem) {
 
   const ModelConfig mistral = parse_ok(minimal("MistralForCausalLM"));
   EXPECT_EQ(mistral.max_position_embeddings, 131072);
-  EXPECT_EQ(mistral.sliding_window, 4096);  // MistralConfig's default when the key is absent
-  EXPECT_EQ(mistral.sliding_window_layers, 2);
+  // MistralConfig's default window when the key is absent, on every layer.
+  EXPECT_EQ(mistral.layer_window_left, (std::vector<int32_t>{4095, 4095}));
 }
 
 TEST(ModelConfig, OptionalFieldVariants) {
@@ -215,8 +216,17 @@ TEST(ModelConfig, OptionalFieldVariants) {
   q["use_sliding_window"] = true;
   q["sliding_window"] = 4096;
   q["max_window_layers"] = 1;  // layer 1 slides
-  EXPECT_EQ(parse_ok(q).sliding_window, 4096);
-  EXPECT_EQ(parse_ok(q).sliding_window_layers, 1);
+  EXPECT_EQ(parse_ok(q).layer_window_left, (std::vector<int32_t>{-1, 4095}));
+  EXPECT_EQ(sliding_layers(parse_ok(q)), std::vector<int32_t>{1});
+  q.erase("sliding_window");  // Qwen2Config's default window, 4096
+  EXPECT_EQ(parse_ok(q).layer_window_left, (std::vector<int32_t>{-1, 4095}));
+  q["layer_types"] = {"sliding_attention", "full_attention"};  // in place of max_window_layers
+  q["sliding_window"] = 24;
+  EXPECT_EQ(parse_ok(q).layer_window_left, (std::vector<int32_t>{23, -1}));
+  q["use_sliding_window"] = false;  // then no window to slide: refused naming the layer
+  const Result<ModelConfig> r = parse_model_config(q.dump(), "config.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("layer_types[0]"), std::string::npos) << r.status().message();
 }
 
 TEST(ModelConfigErrors, MissingFileAndBadJsonNameTheFile) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kvserve/engine/engine.h"
 #include "kvserve/engine/generate.h"
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/batch_lifecycle.h"
@@ -121,6 +122,11 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+struct StreamEventSummary {
+  std::vector<int32_t> tokens;
+  int32_t cached_tokens = 0;
+};
+
 class OracleTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(OracleTest, LogitsAndGreedyMatchTransformers) {
@@ -193,6 +199,76 @@ TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, OracleTest, testing::ValuesIn(fixture_names()),
                          [](const testing::TestParamInfo<std::string>& p) { return p.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OracleTest);
+
+// One greedy request through the engine: its tokens and how many prompt tokens were cached.
+StreamEventSummary run_greedy(engine::Engine& e, const std::vector<int32_t>& prompt,
+                              int32_t max_new_tokens) {
+  engine::SubmitRequest req;
+  req.input_ids = prompt;
+  req.sampling.temperature = 0;
+  req.sampling.max_new_tokens = max_new_tokens;
+  req.sampling.ignore_eos = true;
+  auto stream = e.submit(req);
+  EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
+  StreamEventSummary out;
+  if (!stream.is_ok()) return out;
+  for (bool finished = false; !finished;) {
+    engine::StreamEvent ev;
+    if (!(*stream)->pop(ev, std::chrono::milliseconds(120000))) {
+      ADD_FAILURE() << "no event within 120 s";
+      break;
+    }
+    out.tokens.insert(out.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    out.cached_tokens = ev.cached_tokens;
+    finished = ev.finished;
+  }
+  return out;
+}
+
+// A sliding-window model (window 24; Mistral: every layer, Qwen2: layer 1) through the Engine:
+// a 100-token prompt prefilled in chunks of 16 (smaller than the window), so chunks attend
+// across the window's edge into KV of earlier chunks; then the radix cache serves a prefix longer
+// than the window, once for the same prompt and once for the prompt followed by its first 10
+// greedy tokens, whose greedy continuation must be the oracle's tokens 10..63.
+TEST(OracleSlidingWindow, ChunkedPrefillAndRadixReuseAcrossTheWindowEdge) {
+  for (const std::string name : {"mistral_swa", "qwen2_swa"}) {
+    const fs::path dir = oracle_dir() / name;
+    ASSERT_TRUE(fs::exists(dir / "expected.json")) << dir;
+    const Expected want = load_expected(dir);
+    const std::vector<int32_t>& prompt = want.prompts.back();
+    const std::vector<int32_t>& tokens = want.greedy.back();
+    ASSERT_GT(prompt.size(), 24u * 3) << "the prompt must be longer than the window";
+    for (const std::string backend : {"cpu", "native"}) {
+      for (const int32_t ps : {1, 16}) {
+        SCOPED_TRACE(testing::Message() << name << " " << backend << " page " << ps);
+        engine::EngineOptions o;
+        o.model_path = dir;
+        o.runner.page_size = ps;
+        o.runner.attention_backend = test_support::backend_of(backend);
+        o.runner.max_total_tokens = 4096;
+        o.runner.max_running_requests = 8;
+        o.scheduler.chunked_prefill_size = 16;
+        auto created = engine::Engine::create(o);
+        ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+        engine::Engine& e = **created;
+        const StreamEventSummary first = run_greedy(e, prompt, 64);
+        EXPECT_EQ(first.tokens, tokens);
+        EXPECT_EQ(first.cached_tokens, 0);
+        EXPECT_GE(e.status().scheduler.prefill_batches,
+                  static_cast<int64_t>((prompt.size() + 15) / 16))
+            << "the prompt was prefilled in chunks";
+        const StreamEventSummary again = run_greedy(e, prompt, 64);
+        EXPECT_EQ(again.tokens, tokens);
+        EXPECT_GT(again.cached_tokens, 24) << "a cached prefix longer than the window";
+        std::vector<int32_t> longer = prompt;
+        longer.insert(longer.end(), tokens.begin(), tokens.begin() + 10);
+        const StreamEventSummary extended = run_greedy(e, longer, 54);
+        EXPECT_EQ(extended.tokens, std::vector<int32_t>(tokens.begin() + 10, tokens.end()));
+        EXPECT_GT(extended.cached_tokens, static_cast<int32_t>(prompt.size()) - ps);
+      }
+    }
+  }
+}
 
 TEST(Oracle, FixturesArePresent) {
   // CI must never pass by finding nothing to compare.

@@ -107,6 +107,63 @@ TEST(VarlenAttentionCpu, SequencesCausalAndNotWithGqaMatchFloat64) {
   }
 }
 
+// Sliding windows (0, 1, a few keys, more than one query block, longer than every sequence) and
+// soft-capping, causal and not: the window's edge falls inside and across the 128-query blocks.
+TEST(VarlenAttentionCpu, SlidingWindowAndSoftcapMatchFloat64) {
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {
+      {1, 1}, {1, 57}, {4, 40}, {300, 300}, {3, 0}, {0, 12}, {130, 131}, {5, 2}, {200, 260}};
+  std::vector<int32_t> cu_q = {0}, cu_kv = {0};
+  for (const auto& [ql, kl] : seqs) {
+    cu_q.push_back(cu_q.back() + ql);
+    cu_kv.push_back(cu_kv.back() + kl);
+  }
+  const uint64_t seed = 20261203;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int dim = 32, heads = 4, kv_heads = 2;
+  const int64_t qw = int64_t{heads} * dim, kw = int64_t{kv_heads} * dim;
+  const std::vector<float> q = random_values(rng, cu_q.back() * qw);
+  const std::vector<float> k = random_values(rng, cu_kv.back() * kw);
+  const std::vector<float> v = random_values(rng, cu_kv.back() * kw);
+  const float scaling = 1.0f / std::sqrt(static_cast<float>(dim));
+  for (const bool causal : {true, false}) {
+    for (const int32_t window_left : {-1, 0, 1, 7, 150, 4096}) {
+      for (const float softcap : {0.0f, 0.7f, 20.0f}) {
+        SCOPED_TRACE(testing::Message() << (causal ? "causal" : "not causal") << " window_left "
+                                        << window_left << " softcap " << softcap);
+        std::vector<float> got(q.size(), -7.0f);
+        ops::cpu::varlen_attention({.q = q.data(),
+                                    .k = k.data(),
+                                    .v = v.data(),
+                                    .out = got.data(),
+                                    .cu_q = cu_q.data(),
+                                    .cu_kv = cu_kv.data(),
+                                    .dtype = DType::kF32,
+                                    .num_seqs = static_cast<int32_t>(seqs.size()),
+                                    .max_q_len = 300,
+                                    .q_stride = qw,
+                                    .k_stride = kw,
+                                    .v_stride = kw,
+                                    .out_stride = qw,
+                                    .num_heads = heads,
+                                    .num_kv_heads = kv_heads,
+                                    .head_dim = dim,
+                                    .scaling = scaling,
+                                    .window_left = window_left,
+                                    .logit_softcap = softcap,
+                                    .causal = causal});
+        const std::vector<float> want = varlen_attention_reference(
+            q, k, v, cu_q, cu_kv, heads, kv_heads, dim, scaling, causal, window_left, softcap);
+        EXPECT_LT(rel_l2(want, got), 1e-5);
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+          worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+        EXPECT_LT(worst, 1e-4);
+      }
+    }
+  }
+}
+
 // The encoder's form: one sequence without cu_q / cu_kv, not causal, over packed q|k|v rows,
 // bit-identical to the same sequence given through cu_q / cu_kv.
 TEST(VarlenAttentionCpu, OneSequenceOnPackedQkvEqualsTheSequenceForm) {

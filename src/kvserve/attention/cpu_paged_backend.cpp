@@ -2,6 +2,9 @@
 // indices of every request's KV range (page ids when every range starts on a page boundary, else
 // token slots, e.g. a ragged encoder-decoder row); per layer each (token, kv head) pair streams
 // its visible K/V once with an online softmax shared by the kv head's group of query heads.
+// Sliding windows start the stream at the window's first position (whole pages before it are
+// never read); soft-capping caps each score before the softmax.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -66,6 +69,7 @@ class CpuPagedBackend final : public AttentionBackend {
     auto* out = static_cast<float*>(io.out);
     const int64_t work = static_cast<int64_t>(batch.num_tokens()) * kv_heads;
     const int32_t ups = idx.page_size;  // 1 for token indices
+    const float cap = layer.logit_softcap;
 
 #pragma omp parallel
     {
@@ -82,8 +86,12 @@ class CpuPagedBackend final : public AttentionBackend {
         const int32_t kv_len = idx.kv_lens[b];
         const int32_t pos = batch.prefix_lens[b] + (t - batch.extend_start_loc[b]);
         const int32_t visible = layer.is_cross_attention ? kv_len : std::min(pos + 1, kv_len);
+        // The sliding window: positions [pos - window_left, pos].
+        const int32_t lo = !layer.is_cross_attention && layer.window_left >= 0
+                               ? std::max(0, pos - layer.window_left)
+                               : 0;
         float* o = out + (static_cast<int64_t>(t) * heads + g * group) * dim;
-        if (visible == 0) {  // empty KV: zeros, nothing read
+        if (visible <= lo) {  // empty KV: zeros, nothing read
           std::memset(o, 0, sizeof(float) * group * dim);
           continue;
         }
@@ -94,7 +102,7 @@ class CpuPagedBackend final : public AttentionBackend {
           std::memset(acc + h * dim, 0, sizeof(float) * dim);
         }
         const int32_t* pages = idx.indices.data() + idx.indptr[b];
-        for (int32_t j = 0; j < visible; ++j) {
+        for (int32_t j = lo; j < visible; ++j) {
           const int64_t slot = static_cast<int64_t>(pages[j / ups]) * ups + j % ups;
           const float* kj = reader.k(slot, g);
           float s[64];
@@ -104,6 +112,7 @@ class CpuPagedBackend final : public AttentionBackend {
             for (int32_t d = 0; d < dim; ++d)
               dot += qh[d] * kj[d];
             s[h] = dot * layer.scaling;
+            if (cap > 0) s[h] = cap * std::tanh(s[h] / cap);
           }
           const float* vj = reader.v(slot, g);
           for (int32_t h = 0; h < group; ++h) {

@@ -1,6 +1,8 @@
 // The native backend: per request, gather the row's K/V into contiguous buffers, then dense
 // attention with float64 accumulation. Slow by design (seed 001's torch-native path); it is the
-// reference every other backend is compared with.
+// reference every other backend is compared with. Sliding windows and soft-capping as
+// AttentionLayer defines them (self-attention only).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -66,26 +68,33 @@ class NativeBackend final : public AttentionBackend {
         const int32_t pos = batch.prefix_lens[b] + i;
         const int32_t visible = layer.is_cross_attention ? kv_len : pos + 1;
         KV_CHECK_LE(visible, kv_len, "token at position {} of request {}", pos, b);
+        // The sliding window: positions [pos - window_left, pos].
+        const int32_t lo = !layer.is_cross_attention && layer.window_left >= 0
+                               ? std::max(0, pos - layer.window_left)
+                               : 0;
         scores.resize(visible);
         for (int32_t h = 0; h < heads; ++h) {
           const int32_t g = h / group;
           const float* qh = q + (static_cast<int64_t>(t) * heads + h) * dim;
           double max_score = -INFINITY;
-          for (int32_t j = 0; j < visible; ++j) {
+          for (int32_t j = lo; j < visible; ++j) {
             const float* kj = &keys[(static_cast<size_t>(j) * kv_heads + g) * dim];
             double dot = 0;
             for (int32_t d = 0; d < dim; ++d)
               dot += static_cast<double>(qh[d]) * kj[d];
             scores[j] = dot * layer.scaling;
+            if (layer.logit_softcap > 0) {
+              scores[j] = layer.logit_softcap * std::tanh(scores[j] / layer.logit_softcap);
+            }
             max_score = std::max(max_score, scores[j]);
           }
           double sum = 0;
-          for (int32_t j = 0; j < visible; ++j)
+          for (int32_t j = lo; j < visible; ++j)
             sum += scores[j] = std::exp(scores[j] - max_score);
           float* oh = out + (static_cast<int64_t>(t) * heads + h) * dim;
           for (int32_t d = 0; d < dim; ++d) {
             double acc = 0;
-            for (int32_t j = 0; j < visible; ++j) {
+            for (int32_t j = lo; j < visible; ++j) {
               acc += scores[j] * values[(static_cast<size_t>(j) * kv_heads + g) * dim + d];
             }
             oh[d] = static_cast<float>(acc / sum);

@@ -82,21 +82,22 @@ constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
      "Qwen2: q/k/v biases always, as Qwen2Attention (the key is not read); Llama and Mistral: "
      "true is refused (LlamaAttention also biases o_proj, which kvserve does not; "
      "MistralAttention has no biases, so such a checkpoint is not a Mistral)"},
-    {"sliding_window", kRefused, kInCode,
-     "Mistral (4096 when the key is absent, none when null: every layer) and Qwen2 (when "
-     "use_sliding_window: the layers from max_window_layers on, or as layer_types says): "
-     "refused at load (check_served_context) when smaller than the context length served; "
-     "Llama: not read, as LlamaAttention"},
-    {"use_sliding_window", kRefused, kInCode,
+    {"sliding_window", kImplemented, kInCode,
+     "Mistral (4096 when the key is absent, none when null: every layer) and Qwen2 (4096 when "
+     "absent; only with use_sliding_window: the layers from max_window_layers on, or as "
+     "layer_types says): window_left sliding_window - 1 on those layers (docs/sliding-window.md); "
+     "a window at least the served context is full attention; a backend without windows "
+     "refuses a real one at load; Llama: not read, as LlamaAttention"},
+    {"use_sliding_window", kImplemented, kInCode,
      "Qwen2: turns sliding_window on (see sliding_window); Llama/Mistral: not read, as "
      "transformers"},
-    {"max_window_layers", kRefused, kInCode,
-     "Qwen2 with use_sliding_window: layers at or past it slide (see sliding_window); at least "
-     "num_hidden_layers means none"},
-    {"layer_types", kRefused, kInCode,
-     "num_hidden_layers entries; \"full_attention\" everywhere is the default; "
-     "\"sliding_attention\" only where a sliding_window applies (see sliding_window); any other "
-     "type is refused"},
+    {"max_window_layers", kImplemented, kInCode,
+     "Qwen2 with use_sliding_window and no layer_types: layers at or past it slide (default 28; "
+     "see sliding_window); at least num_hidden_layers means none"},
+    {"layer_types", kImplemented, kInCode,
+     "num_hidden_layers entries of full_attention / sliding_attention; Qwen2 slides exactly the "
+     "sliding_attention layers; sliding_attention without a sliding_window, or any other type, "
+     "is refused; Llama/Mistral: not read otherwise, as transformers"},
     {"attn_logit_softcapping", kRefused, kIfNotNull,
      "Gemma 2's tanh soft-capping of the attention scores; kvserve does not cap them"},
     {"query_pre_attn_scalar", kRefused, kIfNotHeadDim,
@@ -486,29 +487,33 @@ Status parse_attention_bias(const core::JsonFields& f, ModelConfig* c) {
   return Status::ok();
 }
 
-// Which layers transformers gives a sliding window, and the window: ModelConfig::sliding_window.
+// Which layers transformers gives a sliding window, and the window: ModelConfig::layer_window_left.
 Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelConfig* c) {
-  KV_ASSIGN_OR_RETURN(std::optional<int32_t> window, f.optional_positive_int32("sliding_window"));
+  KV_ASSIGN_OR_RETURN(const std::optional<int32_t> sliding_window,
+                      f.optional_positive_int32("sliding_window"));
+  int32_t window = sliding_window.value_or(0);  // 0: none
   const auto layers = static_cast<size_t>(c->num_hidden_layers);
   std::vector<bool> sliding(layers, false);
   switch (c->architecture) {
     case Architecture::kLlama:
-      window.reset();  // LlamaConfig has no sliding window; LlamaAttention reads none
+      window = 0;  // LlamaConfig has no sliding window; LlamaAttention reads none
       break;
     case Architecture::kMistral:
       // MistralConfig's default is 4096 when the key is absent; null turns it off (v0.2 on).
       // MistralModel then masks every layer with it.
       if (!root.contains("sliding_window")) window = 4096;
-      if (window) sliding.assign(layers, true);
+      if (window > 0) sliding.assign(layers, true);
       break;
     case Architecture::kQwen2: {
-      // Qwen2Config keeps sliding_window only when use_sliding_window is true, and gives it to
-      // the layers from max_window_layers (default 28) on unless layer_types says otherwise.
+      // Qwen2Config's sliding_window defaults to 4096 when the key is absent and is kept only
+      // when use_sliding_window is true; its default layer_types slide the layers from
+      // max_window_layers (default 28) on.
+      if (!root.contains("sliding_window")) window = 4096;
       KV_ASSIGN_OR_RETURN(const std::optional<bool> use_sw, f.optional_bool("use_sliding_window"));
-      if (!use_sw.value_or(false)) window.reset();
+      if (!use_sw.value_or(false)) window = 0;
       KV_ASSIGN_OR_RETURN(const std::optional<int64_t> max_window_layers,
                           f.optional_int("max_window_layers"));
-      if (window) {
+      if (window > 0) {
         for (size_t i = 0; i < layers; ++i) {
           sliding[i] = static_cast<int64_t>(i) >= max_window_layers.value_or(28);
         }
@@ -535,22 +540,33 @@ Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelCo
       if (type == "full_attention") {
         if (c->architecture == Architecture::kQwen2) sliding[i] = false;
       } else if (type == "sliding_attention") {
-        if (!window) {
+        if (window == 0) {
+          // transformers builds this layer's sliding mask from a null sliding_window and fails.
           return f.error(
               StatusCode::kUnimplemented, field,
-              fmt::format("'sliding_attention' is not supported: {} has no sliding window here "
-                          "(kvserve has no sliding-window attention; only 'full_attention' layers)",
-                          c->architecture_name));
+              fmt::format(
+                  "'sliding_attention' is not supported: {} has no sliding window here "
+                  "(sliding_window is null{}), so the layer has no window to slide",
+                  c->architecture_name,
+                  c->architecture == Architecture::kQwen2
+                      ? " or use_sliding_window is not true"
+                      : (c->architecture == Architecture::kLlama ? ": LlamaConfig has none" : "")));
         }
         if (c->architecture == Architecture::kQwen2) sliding[i] = true;
       } else {
-        return f.error(StatusCode::kUnimplemented, field,
-                       fmt::format("'{}' is not supported (supported: full_attention)", type));
+        return f.error(
+            StatusCode::kUnimplemented, field,
+            fmt::format("'{}' is not supported (supported: full_attention, sliding_attention)",
+                        type));
       }
     }
   }
-  c->sliding_window_layers = static_cast<int32_t>(std::count(sliding.begin(), sliding.end(), true));
-  if (c->sliding_window_layers > 0) c->sliding_window = window;
+  // transformers' window w masks keys at or before p - w: window_left w - 1.
+  const int32_t window_left = window - 1;
+  c->layer_window_left.assign(layers, -1);
+  for (size_t i = 0; i < layers; ++i) {
+    if (sliding[i]) c->layer_window_left[i] = window_left;
+  }
   return Status::ok();
 }
 
@@ -604,17 +620,20 @@ int64_t default_context_length(const ModelConfig& c) {
                               static_cast<double>(c.max_position_embeddings));
 }
 
-Status check_served_context(const ModelConfig& c, int64_t context_length, std::string_view source) {
-  if (!c.sliding_window || *c.sliding_window >= context_length) return Status::ok();
-  const int32_t w = *c.sliding_window;
-  return make_status(
-      StatusCode::kUnimplemented,
-      "{}: sliding_window {} is not supported with a context length of {}: {} attends only to the "
-      "last {} tokens in {} of its {} layers, and kvserve has no sliding-window attention yet (it "
-      "would attend to the whole context and answer sequences longer than {} tokens wrongly); "
-      "serve it with --context-length {} or less",
-      source, w, context_length, c.architecture_name, w, c.sliding_window_layers,
-      c.num_hidden_layers, w, w);
+std::vector<int32_t> sliding_layers(const ModelConfig& c) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < c.layer_window_left.size(); ++i) {
+    if (c.layer_window_left[i] >= 0) out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
+std::vector<int32_t> served_window_left(const ModelConfig& c, int64_t context_length) {
+  std::vector<int32_t> out = c.layer_window_left;
+  for (int32_t& w : out) {
+    if (w >= 0 && int64_t{w} + 1 >= context_length) w = -1;
+  }
+  return out;
 }
 
 std::vector<SupportedArchitecture> supported_architecture_table() {

@@ -82,13 +82,14 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2 always; Llama if set)
   std::string hidden_act = "silu";
   DType torch_dtype = DType::kBF16;  // the checkpoint's declared dtype
-  // The attention window transformers applies to sliding_window_layers of the layers (Mistral:
-  // every layer; Qwen2: those at or past max_window_layers, or marked "sliding_attention" in
-  // layer_types, when use_sliding_window); nullopt: every layer attends to the whole context.
-  // kvserve has no sliding-window attention: check_served_context refuses a window that could
-  // change the math for the context length served.
-  std::optional<int32_t> sliding_window;
-  int32_t sliding_window_layers = 0;
+  // Each layer's attention window as attention::AttentionLayer::window_left: a query at position
+  // p sees the keys [p - window_left, p]; -1: the whole causal context. config.json's
+  // sliding_window w (transformers masks keys at or before p - w) is window_left w - 1, on the
+  // layers transformers gives it (Mistral: every layer; Qwen2 with use_sliding_window: those at
+  // or past max_window_layers, or marked "sliding_attention" in layer_types; Llama: none).
+  // num_hidden_layers entries. ModelRunner::create turns a window that covers the whole served
+  // context into -1 (served_window_left).
+  std::vector<int32_t> layer_window_left;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // "eos_token_id" may be an int or a list
 };
@@ -102,13 +103,13 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
 // rope_scaling.context_factor, truncated to an integer, as SGLang's get_context_length.
 int64_t default_context_length(const ModelConfig& config);
 
-// What the engine will serve the model with, checked against what kvserve cannot compute:
-// kUnimplemented naming `source`, sliding_window and its value when the window is smaller than
-// `context_length` (the served context: --context-length, else max_position_embeddings). A
-// window at least the context length never masks a token of a sequence kvserve accepts, so full
-// attention is then the same math. Called by ModelRunner::create before any weight is read.
-Status check_served_context(const ModelConfig& config, int64_t context_length,
-                            std::string_view source);
+// The layers with a sliding window (layer_window_left >= 0), in order.
+std::vector<int32_t> sliding_layers(const ModelConfig& config);
+
+// `config`'s windows for a served context of `context_length` positions: a window that covers
+// every position a sequence can have (window_left + 1 >= context_length) masks nothing, so it
+// becomes -1 (full attention, the same math, on backends without windows too).
+std::vector<int32_t> served_window_left(const ModelConfig& config, int64_t context_length);
 
 // The audit table (see the top of this file).
 enum class FieldHandling {

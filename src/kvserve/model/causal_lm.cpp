@@ -183,6 +183,8 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
   if (!c.tie_word_embeddings) {
     KV_ASSIGN_OR_RETURN(m->lm_head_, loader.load("lm_head.weight", {c.vocab_size, h}));
   }
+  KV_CHECK_EQ(c.layer_window_left.size(), static_cast<size_t>(c.num_hidden_layers),
+              "ModelConfig::layer_window_left has one entry per layer");
   const int64_t steps = c.num_hidden_layers + 1;
   if (on_layer) on_layer(1, steps);
   m->layers_.resize(c.num_hidden_layers);
@@ -360,7 +362,8 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
         .num_heads = heads,
         .num_kv_heads = kv_heads,
         .head_dim = c.head_dim,
-        .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+        .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+        .window_left = c.layer_window_left[li]};
     const attention::AttentionIO io{
         .q = w.q.data(), .k = w.k.data(), .v = w.v.data(), .out = w.attn.data(), .dtype = dtype_};
     if (caller_stores && !fuse_store) attention::store_kv(backend, io, layer, batch);

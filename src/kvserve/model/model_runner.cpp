@@ -65,6 +65,7 @@ checkpoint::ModelConfig describe_whisper(const checkpoint::WhisperConfig& c,
   m.vocab_size = c.vocab_size;
   m.hidden_size = c.d_model;
   m.num_hidden_layers = c.decoder_layers;
+  m.layer_window_left.assign(c.decoder_layers, -1);
   m.num_attention_heads = c.decoder_attention_heads;
   m.num_key_value_heads = c.decoder_attention_heads;
   m.head_dim = c.decoder_head_dim();
@@ -135,12 +136,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     }
   } else {
     KV_ASSIGN_OR_RETURN(config, checkpoint::load_model_config(model_dir));
-    // What the config asks that kvserve cannot compute for this context length (a sliding
-    // window shorter than it): refused here, where the served context is known.
-    KV_RETURN_IF_ERROR(checkpoint::check_served_context(
+    // Windows that cover the whole served context mask nothing: full attention from here on.
+    config.layer_window_left = checkpoint::served_window_left(
         config,
-        o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config),
-        (model_dir / "config.json").string()));
+        o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config));
     need = attention_requirements(config, o);
   }
   KV_RETURN_IF_ERROR(attention::check_attention_support(backend_kind, need));
@@ -251,6 +250,13 @@ attention::AttentionRequirements ModelRunner::attention_requirements(
   // docs/fp8-kv-cache.md).
   need.kv_dtype = o.kv_cache_dtype.value_or(CausalLM::compute_dtype(o.device.kind));
   need.device = o.device.kind;
+  // Only a window smaller than the served context needs the backend's windows.
+  const int64_t context = o.context_length > 0 ? o.context_length : config.max_position_embeddings;
+  const std::vector<int32_t> windows = checkpoint::served_window_left(config, context);
+  if (const auto w = std::ranges::max_element(windows); w != windows.end() && *w >= 0) {
+    need.sliding_window_field =
+        fmt::format("sliding_window {} (smaller than the context length {})", *w + 1, context);
+  }
   return need;
 }
 

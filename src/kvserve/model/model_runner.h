@@ -87,8 +87,9 @@ class ModelRunner final : public BatchRunner {
  public:
   // Refuses, before any weight is read or device memory reserved, a model the attention backend
   // cannot serve with these options (capabilities.h: kUnimplemented naming the config field or
-  // the flag and the supported values), and a sliding window shorter than the context length
-  // served (checkpoint::check_served_context).
+  // the flag and the supported values; a sliding window shorter than the context length served
+  // on a backend without windows: "sliding_window"). A window at least the served context
+  // becomes full attention (checkpoint::served_window_left).
   static Result<std::unique_ptr<ModelRunner>> create(const std::filesystem::path& model_dir,
                                                      const ModelRunnerOptions& options);
   // What the model in `config` asks of attention with `options` (the capability check's input).

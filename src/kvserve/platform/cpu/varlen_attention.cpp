@@ -1,6 +1,7 @@
 // CPU kernel of varlen attention (f32): per (sequence, query block, head), the scores of the block
 // against the keys it can see with one sgemm, a row softmax (float64 sums), then the output with
-// a second sgemm; work items in parallel with OpenMP.
+// a second sgemm; work items in parallel with OpenMP. A sliding window narrows each block's key
+// columns to the window of its first query through its last; soft-capping caps each score.
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,9 +21,17 @@ struct Block {
   int64_t q0;                                // the block's first query within it
 };
 
-// Keys visible to query i of a sequence with q_len queries and kv_len keys.
-int64_t visible(bool causal, int64_t i, int64_t q_len, int64_t kv_len) {
-  return causal ? std::clamp<int64_t>(kv_len - q_len + i + 1, 0, kv_len) : kv_len;
+// Keys visible to query i of a sequence with q_len queries and kv_len keys: [first, end). Query
+// i is at position kv_len - q_len + i: causal, it sees up to that position; a window starts it
+// window_left back.
+struct Range {
+  int64_t first, end;
+};
+Range visible(const VarlenAttentionParams& p, int64_t i, int64_t q_len, int64_t kv_len) {
+  const int64_t pos = kv_len - q_len + i;
+  const int64_t end = p.causal ? std::clamp<int64_t>(pos + 1, 0, kv_len) : kv_len;
+  const int64_t first = p.window_left >= 0 ? std::clamp<int64_t>(pos - p.window_left, 0, end) : 0;
+  return {first, end};
 }
 
 }  // namespace
@@ -64,15 +73,17 @@ void varlen_attention(const VarlenAttentionParams& p) {
       const int64_t q_off = (b.q_begin + b.q0) * p.q_stride + h * p.head_dim;
       const int64_t kv_col = (h / group) * p.head_dim;
       float* o = out + (b.q_begin + b.q0) * p.out_stride + h * p.head_dim;
-      // Keys seen by the block's last (latest) query: the others see a prefix of them.
-      const int64_t cols = visible(p.causal, b.q0 + rows - 1, b.q_len, b.kv_len);
-      if (cols == 0) {
+      // Keys seen by the block's queries: from the first query's window start to the last
+      // (latest) query's end; each row masks the rest.
+      const int64_t col0 = visible(p, b.q0, b.q_len, b.kv_len).first;
+      const int64_t cols = visible(p, b.q0 + rows - 1, b.q_len, b.kv_len).end - col0;
+      if (cols <= 0) {
         for (int64_t r = 0; r < rows; ++r)
           std::fill_n(o + r * p.out_stride, p.head_dim, 0.0f);
         continue;
       }
-      const float* kh = k + b.kv_begin * p.k_stride + kv_col;
-      const float* vh = v + b.kv_begin * p.v_stride + kv_col;
+      const float* kh = k + (b.kv_begin + col0) * p.k_stride + kv_col;
+      const float* vh = v + (b.kv_begin + col0) * p.v_stride + kv_col;
       // scores[rows, cols] = scaling * q_h . k_h^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
                   static_cast<blasint>(cols), p.head_dim, p.scaling, q + q_off,
@@ -80,21 +91,28 @@ void varlen_attention(const VarlenAttentionParams& p) {
                   scores.data(), static_cast<blasint>(cols));
       for (int64_t r = 0; r < rows; ++r) {
         float* s = scores.data() + r * cols;
-        const int64_t seen = visible(p.causal, b.q0 + r, b.q_len, b.kv_len);
-        if (seen == 0) {
+        const Range seen = visible(p, b.q0 + r, b.q_len, b.kv_len);
+        const int64_t lo = seen.first - col0;
+        const int64_t hi = seen.end - col0;
+        if (hi <= lo) {
           std::fill_n(s, cols, 0.0f);  // a zero output
           continue;
         }
-        const float mx = *std::max_element(s, s + seen);
+        if (p.logit_softcap > 0) {
+          for (int64_t j = lo; j < hi; ++j)
+            s[j] = p.logit_softcap * std::tanh(s[j] / p.logit_softcap);
+        }
+        const float mx = *std::max_element(s + lo, s + hi);
         double sum = 0;
-        for (int64_t j = 0; j < seen; ++j) {
+        for (int64_t j = lo; j < hi; ++j) {
           s[j] = std::exp(s[j] - mx);
           sum += s[j];
         }
         const auto inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < seen; ++j)
+        for (int64_t j = lo; j < hi; ++j)
           s[j] *= inv;
-        std::fill(s + seen, s + cols, 0.0f);
+        std::fill(s, s + lo, 0.0f);
+        std::fill(s + hi, s + cols, 0.0f);
       }
       // out_h[rows, head_dim] = probs[rows, cols] . v_h[cols, head_dim]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), p.head_dim,
