@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "kvserve/engine/generate.h"
@@ -48,6 +49,32 @@ Expected load_expected(const fs::path& dir) {
   return {j["prompts"].get<std::vector<std::vector<int32_t>>>(),
           j["last_logits"].get<std::vector<std::vector<float>>>(),
           j["greedy"].get<std::vector<std::vector<int32_t>>>()};
+}
+
+// Fixtures whose math needs work merged from other branches: until then ModelRunner::create
+// refuses them with kUnimplemented (the attention backends' capability check for soft-capping,
+// check_served_context for a window shorter than the context, the rope-scaling parser for
+// "linear"), and their tests skip with that refusal printed. Once loadable, they run.
+std::optional<std::string> waiting_on_merge(const std::string& fixture) {
+  if (fixture == "gemma2") {
+    return "sliding windows and attention soft-capping in the CPU attention backends";
+  }
+  if (fixture == "gemma3") {
+    return "sliding windows in the CPU attention backends and linear rope scaling";
+  }
+  return std::nullopt;
+}
+
+// A reason to skip `fixture`, or nullopt to run it.
+std::optional<std::string> skip_reason(const std::string& fixture) {
+  const std::optional<std::string> waiting = waiting_on_merge(fixture);
+  if (!waiting) return std::nullopt;
+  model::ModelRunnerOptions o;
+  o.max_total_tokens = 4096;
+  o.max_running_requests = 8;
+  const auto r = model::ModelRunner::create(oracle_dir() / fixture, o);
+  if (r.is_ok() || r.status().code() != StatusCode::kUnimplemented) return std::nullopt;
+  return fmt::format("waiting on the merge of {}: {}", *waiting, r.status().to_string());
 }
 
 std::unique_ptr<model::ModelRunner> make_runner(const fs::path& dir, int32_t page_size,
@@ -119,6 +146,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 class OracleTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(OracleTest, LogitsAndGreedyMatchTransformers) {
+  if (const auto why = skip_reason(GetParam())) GTEST_SKIP() << *why;
   const fs::path dir = oracle_dir() / GetParam();
   const Expected want = load_expected(dir);
   auto r = make_runner(dir, 1, "cpu");
@@ -137,6 +165,7 @@ TEST_P(OracleTest, LogitsAndGreedyMatchTransformers) {
 // Every page size and backend, batched or one at a time, with or without prefix reuse: the same
 // greedy tokens, and logits within 1e-5 of the reference configuration.
 TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {
+  if (const auto why = skip_reason(GetParam())) GTEST_SKIP() << *why;
   const fs::path dir = oracle_dir() / GetParam();
   const Expected want = load_expected(dir);
   auto base = make_runner(dir, 1, "cpu");

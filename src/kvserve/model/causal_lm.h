@@ -1,8 +1,9 @@
 // Decoder-only causal language models of the Llama family: LlamaForCausalLM, Qwen2ForCausalLM
-// (q/k/v bias) and MistralForCausalLM. Weights are loaded from a Hugging Face checkpoint into the
-// platform's compute dtype (f32 on the CPU, bf16 on CUDA), with q/k/v and gate/up merged into one
-// GEMM each as SGLang does. Each attention layer stores its K/V into the pool and reads it back
-// through the attention backend.
+// (q/k/v bias), MistralForCausalLM, Qwen3ForCausalLM (q/k norms), Gemma2ForCausalLM and
+// Gemma3ForCausalLM (decoder_family.h says how each differs). Weights are loaded from a Hugging
+// Face checkpoint into the platform's compute dtype (f32 on the CPU, bf16 on CUDA), with q/k/v and
+// gate/up merged into one GEMM each as SGLang does. Each attention layer stores its K/V into the
+// pool and reads it back through the attention backend.
 #pragma once
 
 #include <functional>
@@ -14,6 +15,7 @@
 #include "kvserve/checkpoint/config.h"
 #include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/forward_batch.h"
+#include "kvserve/model/decoder_family.h"
 
 namespace kvserve::model {
 
@@ -30,6 +32,7 @@ class CausalLM {
   ~CausalLM();
 
   const checkpoint::ModelConfig& config() const { return config_; }
+  const DecoderFamily& family() const { return family_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
   // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations; f32 accumulation).
@@ -86,7 +89,8 @@ class CausalLM {
   Tensor final_norm_;    // [hidden]
   std::vector<Layer> layers_;
   DType dtype_;
-  Tensor inv_freq_;  // f32 [head_dim / 2] on the platform
+  DecoderFamily family_;
+  std::vector<Tensor> inv_freq_;  // f32 [head_dim / 2] on the platform, one per family_.ropes
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<Workspace> static_ws_;  // decode graphs; null until reserved
   size_t weight_bytes_ = 0;

@@ -237,6 +237,7 @@ attention::AttentionRequirements ModelRunner::attention_requirements(
   need.num_kv_heads = config.num_key_value_heads;
   need.head_dim = config.head_dim;
   need.rope_type = config.rope_scaling.rope_type;
+  if (config.attn_logit_softcapping) need.logit_softcap_field = "attn_logit_softcapping";
   need.page_size = o.page_size;
   // auto: the compute dtype (CUDA's kernels read bf16 or fp8, widened with the layer's scales:
   // docs/fp8-kv-cache.md).
