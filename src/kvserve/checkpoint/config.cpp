@@ -454,8 +454,9 @@ Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelCo
       if (!root.contains("sliding_window")) window = 4096;
       int64_t pattern = 2;
       if (c->architecture == Architecture::kGemma3) {
-        KV_ASSIGN_OR_RETURN(std::optional<int64_t> pat, f.optional_int("sliding_window_pattern"));
-        if (!pat) KV_ASSIGN_OR_RETURN(pat, f.optional_int("_sliding_window_pattern"));
+        const char* key =
+            f.has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+        KV_ASSIGN_OR_RETURN(const std::optional<int64_t> pat, f.optional_int(key));
         pattern = pat.value_or(6);
         if (pattern <= 0) {
           return f.error(StatusCode::kInvalidArgument, "sliding_window_pattern",
@@ -558,7 +559,7 @@ Status parse_gemma3_rope(const core::JsonFields& f, ModelConfig* c) {
 // The family's math beyond Llama's: Gemma's norms, embedding scale, activation, attention scale
 // and soft-capping; Qwen3's and Gemma 3's q/k norms. Other architectures refuse the Gemma keys
 // that would change their math if transformers read them.
-Status parse_family_fields(const core::JsonFields& f, ModelConfig* c) {
+Status parse_family_fields(const json& root, const core::JsonFields& f, ModelConfig* c) {
   const bool gemma = is_gemma(c->architecture);
   c->qk_norm = c->architecture == Architecture::kQwen3 || c->architecture == Architecture::kGemma3;
   KV_ASSIGN_OR_RETURN(std::optional<double> qpas, f.optional_number("query_pre_attn_scalar"));
@@ -599,9 +600,9 @@ Status parse_family_fields(const core::JsonFields& f, ModelConfig* c) {
         fmt::format("'{}' is not supported (supported: gelu_pytorch_tanh)", c->hidden_act));
   }
   const bool gemma2 = c->architecture == Architecture::kGemma2;
-  if (!f.has("query_pre_attn_scalar")) qpas = 256.0;
-  if (!f.has("attn_logit_softcapping") && gemma2) attn_cap = 50.0;
-  if (!f.has("final_logit_softcapping") && gemma2) final_cap = 30.0;
+  if (!root.contains("query_pre_attn_scalar")) qpas = 256.0;
+  if (!root.contains("attn_logit_softcapping") && gemma2) attn_cap = 50.0;
+  if (!root.contains("final_logit_softcapping") && gemma2) final_cap = 30.0;
   if (!qpas || !(*qpas > 0.0)) {
     return f.error(StatusCode::kInvalidArgument, "query_pre_attn_scalar",
                    fmt::format("must be a positive number, got {}",
@@ -665,7 +666,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   KV_RETURN_IF_ERROR(parse_dtype_field(f, &c));
   KV_RETURN_IF_ERROR(parse_attention_bias(f, &c));
   KV_RETURN_IF_ERROR(parse_sliding_window(root, f, &c));
-  KV_RETURN_IF_ERROR(parse_family_fields(f, &c));
+  KV_RETURN_IF_ERROR(parse_family_fields(root, f, &c));
   KV_RETURN_IF_ERROR(apply_refusal_rules(f, c));
   KV_ASSIGN_OR_RETURN(c.bos_token_id, f.optional_token_id("bos_token_id"));
   KV_ASSIGN_OR_RETURN(c.eos_token_ids, f.token_id_list("eos_token_id"));

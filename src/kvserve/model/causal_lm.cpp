@@ -302,13 +302,13 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
   const DecoderFamily& fam = family_;
   // Rows of `cols` (the hidden width, or one head for the q/k norms).
   auto norm_rows = [&](const void* x, const Tensor* residual, void* out, const Tensor& weight,
-                       int64_t rows, int64_t cols) {
+                       int64_t num_rows, int64_t cols) {
     ops::rms_norm(platform_, {.x = x,
                               .residual = residual ? residual->data() : nullptr,
                               .out = out,
                               .weight = weight.data(),
                               .dtype = dtype_,
-                              .rows = rows,
+                              .rows = num_rows,
                               .cols = cols,
                               .x_stride = cols,
                               .eps = eps,
