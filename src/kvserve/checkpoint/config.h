@@ -7,9 +7,10 @@
 // kUnimplemented for an unknown architecture or a field kvserve does not implement).
 //
 // The audit (config_field_audit(), one table in config.cpp): every config.json field that
-// transformers' LlamaConfig / Qwen2Config / MistralConfig defines, plus the math-changing fields
-// of neighbouring architectures a config may carry (Gemma 2's soft-capping, qk norms, partial
-// rotary, Granite's multipliers, quantization_config), is either implemented (parsed into
+// transformers' LlamaConfig / Qwen2Config / MistralConfig / Qwen3Config / Gemma2Config /
+// Gemma3TextConfig defines, plus the math-changing fields of neighbouring architectures a config
+// may carry (qk-norm keys, partial rotary, Granite's multipliers, quantization_config), is either
+// implemented (parsed into
 // ModelConfig and applied by the model), refused with kUnimplemented naming the field and its
 // value, or ignored because it cannot change the logits (initializer_range, use_cache, ...).
 // Keys the table does not name are accepted without a look: Hugging Face configs carry many
