@@ -98,7 +98,7 @@ std::vector<Case> cases() {
        "Gemma3ForConditionalGeneration"},
       {"architectures",
        llama,
-       {{"architectures", {gemma3}}},
+       {{"architectures", {gemma3}}, {"sliding_window", nullptr}},
        E::kAccepted,
        [](C c) { return c.architecture == Architecture::kGemma3 && c.qk_norm; }},
       {"model_type",

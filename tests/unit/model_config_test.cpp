@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kvserve/checkpoint/config.h"
+#include "kvserve/model/decoder_family.h"
 #include "model_test_util.h"
 
 namespace kvserve::checkpoint {
@@ -639,6 +640,55 @@ TEST(ModelConfig, Gemma3LegacyKeysAndDefaults) {
   EXPECT_EQ(d.rope_theta, 1e6);
   EXPECT_EQ(d.sliding_rope_theta, 1e4);
   EXPECT_EQ(d.sliding_window, 4096);
+}
+
+// What CausalLM computes for each family, from the fixtures' configs: transformers' scaling
+// (query_pre_attn_scalar ** -0.5 or head_dim ** -0.5), window_left = sliding_window - 1 on the
+// sliding layers, one rope table per distinct base, the embedding scale rounded to the dtype.
+TEST(DecoderFamily, FromTheFixtureConfigs) {
+  using model::describe_decoder_family;
+  const model::DecoderFamily q =
+      describe_decoder_family(parse_ok(oracle_config("qwen3")), DType::kF32);
+  EXPECT_TRUE(q.qk_norm);
+  EXPECT_FALSE(q.sandwich_norms);
+  EXPECT_FALSE(q.qkv_bias);
+  EXPECT_EQ(q.norm_weight_offset, 0.0f);
+  EXPECT_EQ(q.embedding_scale, 1.0f);
+  EXPECT_EQ(q.activation, ops::GatedActivation::kSilu);
+  EXPECT_FLOAT_EQ(q.attention_scaling, 0.125f);  // 64 ** -0.5
+  EXPECT_EQ(q.attn_logit_softcap, 0.0f);
+  EXPECT_EQ(q.final_logit_softcap, 0.0f);
+  EXPECT_EQ(q.window_left, (std::vector<int32_t>{-1, -1}));
+  ASSERT_EQ(q.ropes.size(), 1u);
+  EXPECT_EQ(q.ropes[0].theta, 1e6);
+
+  const ModelConfig g2c = parse_ok(oracle_config("gemma2"));
+  const model::DecoderFamily g2 = describe_decoder_family(g2c, DType::kF32);
+  EXPECT_FALSE(g2.qk_norm);
+  EXPECT_TRUE(g2.sandwich_norms);
+  EXPECT_EQ(g2.norm_weight_offset, 1.0f);
+  EXPECT_EQ(g2.embedding_scale, static_cast<float>(std::sqrt(128.0)));
+  EXPECT_EQ(g2.activation, ops::GatedActivation::kGeluTanh);
+  EXPECT_FLOAT_EQ(g2.attention_scaling, static_cast<float>(1 / std::sqrt(48.0)));
+  EXPECT_EQ(g2.attn_logit_softcap, 3.0f);
+  EXPECT_EQ(g2.final_logit_softcap, 5.0f);
+  EXPECT_EQ(g2.window_left, (std::vector<int32_t>{15, -1, 15, -1}));
+  EXPECT_EQ(g2.layer_rope, (std::vector<int32_t>{0, 0, 0, 0}));
+  // bf16: sqrt(128) = 11.3137... is held as 11.3125.
+  EXPECT_EQ(describe_decoder_family(g2c, DType::kBF16).embedding_scale, 11.3125f);
+
+  json j = oracle_config("gemma3");
+  j["rope_parameters"]["full_attention"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  const model::DecoderFamily g3 = describe_decoder_family(parse_ok(j), DType::kF32);
+  EXPECT_TRUE(g3.qk_norm);
+  EXPECT_TRUE(g3.sandwich_norms);
+  EXPECT_FLOAT_EQ(g3.attention_scaling, 0.125f);  // query_pre_attn_scalar 64
+  EXPECT_EQ(g3.attn_logit_softcap, 0.0f);
+  EXPECT_EQ(g3.window_left, (std::vector<int32_t>{15, 15, -1, 15}));
+  ASSERT_EQ(g3.ropes.size(), 2u);
+  EXPECT_EQ(g3.ropes[0], (model::RopeSpec{.theta = 1e4, .scaled = false}));
+  EXPECT_EQ(g3.ropes[1], (model::RopeSpec{.theta = 1e6, .scaled = true}));
+  EXPECT_EQ(g3.layer_rope, (std::vector<int32_t>{0, 0, 1, 0}));
 }
 
 }  // namespace
