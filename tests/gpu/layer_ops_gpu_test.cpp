@@ -1,8 +1,9 @@
 // The CUDA layer ops (platform/cuda/layer_ops.cu, gemm.cpp) against the CPU ops on the same
 // bf16-rounded inputs, on odd sizes: embedding and argmax exactly; RMSNorm (with and without the
-// fused residual), split-qkv + rope (every rope_scaling type), SiLU-and-mul within bf16 rounding of
-// the f32 result; the cuBLASLt GEMM (bias, f32 output) against a float64 product. Skips itself
-// without a CUDA device.
+// fused residual, with Gemma's (1 + w) offset, per-head rows), split-qkv + rope (every
+// rope_scaling type), SiLU- and tanh-GELU-and-mul within bf16 rounding of the f32 result, the
+// scaled embedding and the logit soft-capping; the cuBLASLt GEMM (bias, f32 output) against a
+// float64 product. Skips itself without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -218,12 +219,12 @@ TEST_F(LayerOpsGpuTest, SplitQkvRopeAndSiluAndMul) {
 
       std::vector<float> act(n * qd / 2);
       Tensor dact = empty(DType::kBF16, n * qd / 2);
-      ops::cpu::silu_and_mul({.x = q.data(), .out = act.data(), .num_tokens = n, .inter = qd / 2});
-      ops::silu_and_mul(*gpu_, {.x = dq.data(),
-                                .out = dact.data(),
-                                .dtype = DType::kBF16,
-                                .num_tokens = n,
-                                .inter = qd / 2});
+      ops::cpu::act_and_mul({.x = q.data(), .out = act.data(), .num_tokens = n, .inter = qd / 2});
+      ops::act_and_mul(*gpu_, {.x = dq.data(),
+                               .out = dact.data(),
+                               .dtype = DType::kBF16,
+                               .num_tokens = n,
+                               .inter = qd / 2});
       // The device read its own bf16 q, the CPU its f32 q: two roundings apart at most.
       expect_close(act, download_bf16(dact, n * qd / 2), 4 * kBf16, "silu_and_mul");
     }
@@ -471,6 +472,100 @@ TEST_F(LayerOpsGpuTest, GemmRejectsABiasWithAnF32OutputOf16BitInputs) {
                                  .ldb = 64,
                                  .ldc = 16}),
                CheckError);
+}
+
+// Gemma's and Qwen3's additions: RMSNorm with the (1 + w) offset over hidden rows and over
+// per-head rows (head_dim 128 and 256: the q/k norms), tanh-GELU-and-mul (both kernels), the
+// scaled embedding (exact: a bf16 product rounded once) and the f32 logit soft-capping.
+TEST_F(LayerOpsGpuTest, GemmaAndQwen3Ops) {
+  for (const int64_t cols : {128, 256, 1001, 3584}) {
+    const int64_t rows = 37;
+    std::vector<float> x, w;
+    Tensor dx = random_bf16(x, rows * cols);
+    Tensor dw = random_bf16(w, cols, 0.3f);
+    Tensor dout = empty(DType::kBF16, rows * cols);
+    std::vector<float> out(rows * cols);
+    ops::cpu::rms_norm({.x = x.data(),
+                        .out = out.data(),
+                        .weight = w.data(),
+                        .rows = rows,
+                        .cols = cols,
+                        .x_stride = cols,
+                        .eps = 1e-6f,
+                        .weight_offset = 1.0f});
+    ops::rms_norm(*gpu_, {.x = dx.data(),
+                          .out = dout.data(),
+                          .weight = dw.data(),
+                          .dtype = DType::kBF16,
+                          .rows = rows,
+                          .cols = cols,
+                          .x_stride = cols,
+                          .eps = 1e-6f,
+                          .weight_offset = 1.0f});
+    expect_close(out, download_bf16(dout, rows * cols), 2 * kBf16, "rms_norm (1 + w)");
+  }
+  for (const int64_t inter : {8 * 37, 1001}) {  // the bf16x8 kernel and the scalar one
+    const int64_t n = 9;
+    std::vector<float> x;
+    Tensor dx = random_bf16(x, n * 2 * inter, 2.0f);
+    Tensor dact = empty(DType::kBF16, n * inter);
+    std::vector<float> act(n * inter);
+    ops::cpu::act_and_mul({.x = x.data(),
+                           .out = act.data(),
+                           .activation = ops::GatedActivation::kGeluTanh,
+                           .num_tokens = n,
+                           .inter = inter});
+    ops::act_and_mul(*gpu_, {.x = dx.data(),
+                             .out = dact.data(),
+                             .dtype = DType::kBF16,
+                             .activation = ops::GatedActivation::kGeluTanh,
+                             .num_tokens = n,
+                             .inter = inter});
+    expect_close(act, download_bf16(dact, n * inter), 2 * kBf16, "gelu_tanh_and_mul");
+  }
+  {
+    const int64_t vocab = 300, hidden = 72, n = 17;
+    std::vector<float> table;
+    Tensor dtable = random_bf16(table, vocab * hidden);
+    std::vector<int32_t> ids(n);
+    std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+    for (auto& i : ids)
+      i = id(rng_);
+    Tensor dids = upload(ids.data(), DType::kI32, n);
+    Tensor dout = empty(DType::kBF16, n * hidden);
+    const float scale = bf16_to_float(float_to_bf16(std::sqrt(3584.0f)));  // as the model rounds it
+    ops::embedding(*gpu_, {.table = dtable.data(),
+                           .ids = dids.data_as<int32_t>(),
+                           .out = dout.data(),
+                           .dtype = DType::kBF16,
+                           .num_tokens = n,
+                           .hidden = hidden,
+                           .vocab = vocab,
+                           .scale = scale});
+    const std::vector<float> got = download_bf16(dout, n * hidden);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < hidden; ++i) {
+        const float want = bf16_to_float(float_to_bf16(table[ids[t] * hidden + i] * scale));
+        ASSERT_EQ(got[t * hidden + i], want) << t << "," << i;
+      }
+    }
+  }
+  {
+    const int64_t rows = 5, vocab = 70001;
+    std::vector<float> logits(rows * vocab);
+    std::normal_distribution<float> d(0.0f, 40.0f);
+    for (auto& v : logits)
+      v = d(rng_);
+    Tensor dl = upload(logits.data(), DType::kF32, rows * vocab);
+    std::vector<float> want = logits;
+    ops::cpu::softcap({.x = want.data(), .rows = rows, .cols = vocab, .cap = 30.0f});
+    ops::softcap(*gpu_, {.x = dl.data_as<float>(), .rows = rows, .cols = vocab, .cap = 30.0f});
+    std::vector<float> got(rows * vocab);
+    gpu_->copy(got.data(), dl.data(), got.size() * sizeof(float),
+               platform::CopyKind::kDeviceToHost);
+    gpu_->synchronize();
+    expect_close(want, got, 1e-5f, "softcap");
+  }
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ json minimal(const std::string& architecture) {
       {"architectures", {architecture}}, {"vocab_size", 1000},     {"hidden_size", 256},
       {"intermediate_size", 512},        {"num_hidden_layers", 2}, {"num_attention_heads", 8}};
   if (architecture == "MistralForCausalLM") j["sliding_window"] = nullptr;
+  // Gemma's default window (4096) then covers the whole context.
+  if (architecture.starts_with("Gemma")) j["max_position_embeddings"] = 4096;
   return j;
 }
 
@@ -75,6 +77,9 @@ std::vector<Case> cases() {
   const char* llama = "LlamaForCausalLM";
   const char* qwen2 = "Qwen2ForCausalLM";
   const char* mistral = "MistralForCausalLM";
+  const char* qwen3 = "Qwen3ForCausalLM";
+  const char* gemma2 = "Gemma2ForCausalLM";
+  const char* gemma3 = "Gemma3ForCausalLM";
   using E = Expect;
   using C = const ModelConfig&;
   return {
@@ -86,10 +91,15 @@ std::vector<Case> cases() {
        [](C c) { return c.architecture == Architecture::kQwen2; }},
       {"architectures",
        llama,
-       {{"architectures", {"Gemma2ForCausalLM"}}},
+       {{"architectures", {"Gemma3ForConditionalGeneration"}}},
        E::kRefused,
        nullptr,
-       "Gemma2ForCausalLM"},
+       "Gemma3ForConditionalGeneration"},
+      {"architectures",
+       llama,
+       {{"architectures", {gemma3}}, {"sliding_window", nullptr}},
+       E::kAccepted,
+       [](C c) { return c.architecture == Architecture::kGemma3 && c.qk_norm; }},
       {"model_type",
        mistral,
        {{"model_type", "mistral"}},
@@ -392,6 +402,57 @@ std::vector<Case> cases() {
        nullptr,
        "fp8"},
       {"quantization_config", llama, {{"quantization_config", nullptr}}, E::kSameMath},
+
+      // The Qwen3 / Gemma fields.
+      {"hidden_activation",
+       gemma2,
+       {{"hidden_activation", "gelu_pytorch_tanh"}, {"hidden_act", "silu"}},
+       E::kAccepted,
+       [](C c) { return c.hidden_act == "gelu_pytorch_tanh"; }},  // Gemma reads only this key
+      {"hidden_activation", gemma2, {{"hidden_activation", "gelu"}}, E::kRefused, nullptr, "gelu"},
+      {"hidden_activation", llama, {{"hidden_activation", "gelu"}}, E::kSameMath},  // not read
+      {"rope_local_base_freq",
+       gemma3,
+       {{"rope_local_base_freq", 20000.0}},
+       E::kAccepted,
+       [](C c) { return c.sliding_rope_theta == 20000.0 && c.rope_theta == 1e6; }},
+      {"rope_local_base_freq", llama, {{"rope_local_base_freq", 20000.0}}, E::kSameMath},
+      {"sliding_window_pattern",
+       gemma3,
+       {{"sliding_window_pattern", 2}},
+       E::kAccepted,
+       [](C c) {
+         return c.layer_types ==
+                std::vector{LayerType::kSlidingAttention, LayerType::kFullAttention};
+       }},
+      {"use_bidirectional_attention",
+       gemma3,
+       {{"use_bidirectional_attention", true}},
+       E::kRefused,
+       nullptr,
+       "true"},
+      {"use_bidirectional_attention",
+       gemma2,
+       {{"use_bidirectional_attention", false}},
+       E::kSameMath},
+      {"attn_logit_softcapping",
+       gemma2,
+       {{"attn_logit_softcapping", 20.0}},
+       E::kAccepted,
+       [](C c) { return c.attn_logit_softcapping == 20.0; }},
+      {"final_logit_softcapping",
+       gemma3,
+       {{"final_logit_softcapping", 20.0}},
+       E::kAccepted,
+       [](C c) { return c.final_logit_softcapping == 20.0; }},
+      {"query_pre_attn_scalar",
+       gemma2,
+       {{"query_pre_attn_scalar", 144}},
+       E::kAccepted,
+       [](C c) { return c.query_pre_attn_scalar == 144.0; }},
+      {"attention_bias", qwen3, {{"attention_bias", true}}, E::kRefused, nullptr, "true"},
+      {"attention_bias", gemma2, {{"attention_bias", true}}, E::kRefused, nullptr, "true"},
+      {"cache_implementation", gemma2, {{"cache_implementation", "hybrid"}}, E::kSameMath},
 
       // Ignored: the math does not change.
       {"pretraining_tp", llama, {{"pretraining_tp", 2}}, E::kSameMath},

@@ -222,7 +222,7 @@ TEST_F(LayerOps, SiluAndMulAndEmbedding) {
   const int64_t n = 3, inter = 10;
   const auto x = random(n * 2 * inter, 9);
   std::vector<float> out(n * inter);
-  silu_and_mul(*p_, {.x = x.data(), .out = out.data(), .num_tokens = n, .inter = inter});
+  act_and_mul(*p_, {.x = x.data(), .out = out.data(), .num_tokens = n, .inter = inter});
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t i = 0; i < inter; ++i) {
       const double g = x[t * 2 * inter + i], u = x[t * 2 * inter + inter + i];
@@ -248,6 +248,81 @@ TEST_F(LayerOps, SiluAndMulAndEmbedding) {
                                .hidden = 4,
                                .vocab = 5}),
                CheckError);
+}
+
+// Gemma's ops, against float64 references written from transformers' definitions (seeds fixed:
+// 21..27).
+TEST_F(LayerOps, GeluTanhAndMul) {
+  const int64_t n = 4, inter = 33;
+  auto x = random(n * 2 * inter, 21);
+  for (auto& v : x)
+    v *= 3.0f;  // reach the tails of tanh
+  std::vector<float> out(n * inter);
+  act_and_mul(*p_, {.x = x.data(),
+                    .out = out.data(),
+                    .activation = GatedActivation::kGeluTanh,
+                    .num_tokens = n,
+                    .inter = inter});
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < inter; ++i) {
+      const double g = x[t * 2 * inter + i], u = x[t * 2 * inter + inter + i];
+      const double gelu =
+          0.5 * g * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (g + 0.044715 * g * g * g)));
+      EXPECT_NEAR(out[t * inter + i], gelu * u, 1e-5 * (1 + std::fabs(gelu * u))) << t << "," << i;
+    }
+  }
+}
+
+TEST_F(LayerOps, RmsNormWeightOffsetIsGemmasOnePlusWeight) {
+  const int64_t rows = 6, cols = 64;  // also: per-head norms are rows of head_dim
+  const auto x = random(rows * cols, 22), w = random(cols, 23);
+  std::vector<float> out(rows * cols);
+  rms_norm(*p_, {.x = x.data(),
+                 .out = out.data(),
+                 .weight = w.data(),
+                 .rows = rows,
+                 .cols = cols,
+                 .x_stride = cols,
+                 .eps = 1e-6f,
+                 .weight_offset = 1.0f});
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < cols; ++i)
+      ss += double(x[r * cols + i]) * x[r * cols + i];
+    const double inv = 1 / std::sqrt(ss / cols + 1e-6);
+    for (int64_t i = 0; i < cols; ++i) {
+      EXPECT_NEAR(out[r * cols + i], x[r * cols + i] * inv * (1.0 + w[i]), 1e-5) << r << "," << i;
+    }
+  }
+}
+
+TEST_F(LayerOps, ScaledEmbeddingAndSoftcap) {
+  const auto table = random(6 * 8, 24);
+  const std::vector<int32_t> ids = {5, 1};
+  std::vector<float> emb(2 * 8);
+  const float scale = std::sqrt(8.0f);
+  embedding(*p_, {.table = table.data(),
+                  .ids = ids.data(),
+                  .out = emb.data(),
+                  .num_tokens = 2,
+                  .hidden = 8,
+                  .vocab = 6,
+                  .scale = scale});
+  for (int64_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(emb[i], table[5 * 8 + i] * scale);
+    EXPECT_EQ(emb[8 + i], table[1 * 8 + i] * scale);
+  }
+  auto logits = random(3 * 50, 25);
+  for (auto& v : logits)
+    v *= 40.0f;
+  const auto before = logits;
+  softcap(*p_, {.x = logits.data(), .rows = 3, .cols = 50, .cap = 30.0f});
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double want = 30.0 * std::tanh(double(before[i]) / 30.0);
+    EXPECT_NEAR(logits[i], want, 1e-5 * 30) << i;
+    EXPECT_LT(std::fabs(logits[i]), 30.0f + 1e-4f);
+  }
+  EXPECT_THROW(softcap(*p_, {.x = logits.data(), .rows = 1, .cols = 1, .cap = 0.0f}), CheckError);
 }
 
 }  // namespace

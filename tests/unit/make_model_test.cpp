@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -340,6 +341,149 @@ TEST(MakeModel, ShapePresetsHaveTheRealModelsConfigsAndParameterCounts) {
   EXPECT_EQ(plan_shards(checkpoint_tensors(l8->config, DType::kBF16), 5'000'000'000).size(), 4u);
   const Preset* q = find_preset("qwen2.5-0.5b-shape");
   EXPECT_EQ(plan_shards(checkpoint_tensors(q->config, DType::kBF16), 5'000'000'000).size(), 1u);
+}
+
+// The Qwen3 / Gemma presets: their config.json parses back to the real models' values (Hugging
+// Face's Qwen/Qwen3-8B, google/gemma-2-9b, google/gemma-3-12b-pt's text_config, written out
+// here) and the tensors count the real parameters (Qwen3-8B 8,190,735,360 and Gemma-2-9B
+// 9,241,705,984 as published; Gemma-3-12B's text model without its vision tower).
+TEST(MakeModel, Qwen3AndGemmaPresetsParseBackToTheRealConfigs) {
+  using checkpoint::LayerType;
+  struct Expect {
+    const char* preset;
+    checkpoint::Architecture arch;
+    int32_t vocab, hidden, inter, layers, heads, kv_heads, head_dim;
+    int64_t max_pos;
+    double rope_theta;
+    bool tied, qk_norm;
+    std::optional<int32_t> window;
+    int32_t sliding_layers;
+    std::optional<double> qpas, attn_cap, final_cap;
+    int64_t parameters;
+    size_t tensors;
+  };
+  const Expect cases[] = {
+      {"qwen3-8b-shape",
+       checkpoint::Architecture::kQwen3,
+       151936,
+       4096,
+       12288,
+       36,
+       32,
+       8,
+       128,
+       40960,
+       1e6,
+       false,
+       true,
+       std::nullopt,
+       0,
+       std::nullopt,
+       std::nullopt,
+       std::nullopt,
+       8'190'735'360,
+       1 + 36 * 11 + 2},
+      {"gemma-2-9b-shape",
+       checkpoint::Architecture::kGemma2,
+       256000,
+       3584,
+       14336,
+       42,
+       16,
+       8,
+       256,
+       8192,
+       1e4,
+       true,
+       false,
+       4096,
+       21,
+       256.0,
+       50.0,
+       30.0,
+       9'241'705'984,
+       1 + 42 * 11 + 1},
+      {"gemma-3-12b-shape",
+       checkpoint::Architecture::kGemma3,
+       262208,
+       3840,
+       15360,
+       48,
+       16,
+       8,
+       256,
+       131072,
+       1e6,
+       true,
+       true,
+       1024,
+       40,
+       256.0,
+       std::nullopt,
+       std::nullopt,
+       11'766'034'176,
+       1 + 48 * 13 + 1},
+  };
+  for (const Expect& e : cases) {
+    SCOPED_TRACE(e.preset);
+    const Preset* p = find_preset(e.preset);
+    ASSERT_NE(p, nullptr);
+    const Result<checkpoint::ModelConfig> ours =
+        checkpoint::parse_model_config(config_json_text(*p, DType::kBF16), "ours");
+    ASSERT_TRUE(ours.is_ok()) << ours.status().to_string();
+    const checkpoint::ModelConfig& c = *ours;
+    EXPECT_EQ(c.architecture, e.arch);
+    EXPECT_EQ(c.vocab_size, e.vocab);
+    EXPECT_EQ(c.hidden_size, e.hidden);
+    EXPECT_EQ(c.intermediate_size, e.inter);
+    EXPECT_EQ(c.num_hidden_layers, e.layers);
+    EXPECT_EQ(c.num_attention_heads, e.heads);
+    EXPECT_EQ(c.num_key_value_heads, e.kv_heads);
+    EXPECT_EQ(c.head_dim, e.head_dim);
+    EXPECT_EQ(c.max_position_embeddings, e.max_pos);
+    EXPECT_EQ(c.rope_theta, e.rope_theta);
+    EXPECT_EQ(c.rms_norm_eps, 1e-6);
+    EXPECT_EQ(c.tie_word_embeddings, e.tied);
+    EXPECT_EQ(c.qk_norm, e.qk_norm);
+    EXPECT_FALSE(c.attention_bias);
+    const std::vector<int32_t> sliding = checkpoint::sliding_layers(c);
+    EXPECT_EQ(static_cast<int32_t>(sliding.size()), e.sliding_layers);
+    EXPECT_EQ(sliding.empty() ? std::nullopt
+                              : std::optional<int32_t>(
+                                    c.layer_window_left[static_cast<size_t>(sliding.front())] + 1),
+              e.window);
+    EXPECT_EQ(c.layer_window_left, p->config.layer_window_left);
+    EXPECT_EQ(c.query_pre_attn_scalar, e.qpas);
+    EXPECT_EQ(c.attn_logit_softcapping, e.attn_cap);
+    EXPECT_EQ(c.final_logit_softcapping, e.final_cap);
+    // What the preset holds is what its config.json says.
+    EXPECT_EQ(c.layer_types, p->config.layer_types);
+    EXPECT_EQ(c.sandwich_norms, p->config.sandwich_norms);
+    EXPECT_EQ(c.norm_weight_offset, p->config.norm_weight_offset);
+    EXPECT_EQ(c.embedding_scale, p->config.embedding_scale);
+    EXPECT_EQ(c.hidden_act, p->config.hidden_act);
+    EXPECT_EQ(c.sliding_rope_theta, p->config.sliding_rope_theta);
+    if (e.arch == checkpoint::Architecture::kGemma3) {
+      EXPECT_EQ(c.layer_types[5], LayerType::kFullAttention);
+      EXPECT_EQ(c.layer_types[4], LayerType::kSlidingAttention);
+      EXPECT_EQ(c.sliding_rope_theta, 10000.0);
+      EXPECT_EQ(c.rope_scaling.rope_type, "linear");
+      EXPECT_EQ(c.rope_scaling.factor, 8.0);
+    }
+    const std::vector<CheckpointTensor> t = checkpoint_tensors(p->config, DType::kBF16);
+    int64_t params = 0;
+    for (const CheckpointTensor& ct : t)
+      params += static_cast<int64_t>(*checkpoint::shape_numel(ct.spec.shape));
+    EXPECT_EQ(params, e.parameters);
+    EXPECT_EQ(t.size(), e.tensors);
+    // Gemma's norms multiply by 1 + w: written as zeros, the identity.
+    for (const CheckpointTensor& ct : t) {
+      if (ct.spec.name.find("norm") == std::string::npos) continue;
+      EXPECT_EQ(ct.init,
+                p->config.norm_weight_offset != 0.0 ? TensorInit::kZeros : TensorInit::kOnes)
+          << ct.spec.name;
+    }
+  }
 }
 
 TEST(MakeModel, Errors) {

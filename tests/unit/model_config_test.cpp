@@ -5,10 +5,13 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 
 #include "kvserve/checkpoint/config.h"
+#include "kvserve/model/decoder_family.h"
 #include "model_test_util.h"
 
 namespace kvserve::checkpoint {
@@ -57,6 +60,13 @@ void expect_error(const Result<ModelConfig>& r, StatusCode code,
 
 void expect_error(const json& j, StatusCode code, std::initializer_list<std::string> parts) {
   expect_error(parse(j), code, parts);
+}
+
+// The window (transformers' sliding_window) of the first sliding layer; nullopt: none slides.
+std::optional<int32_t> window_of(const ModelConfig& c) {
+  const std::vector<int32_t> sliding = sliding_layers(c);
+  if (sliding.empty()) return std::nullopt;
+  return c.layer_window_left[static_cast<size_t>(sliding.front())] + 1;
 }
 
 TEST(ModelConfig, Llama32Instruct) {
@@ -524,6 +534,246 @@ TEST(GenerationConfig, ErrorsNameFileAndField) {
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->eos_token_ids, std::vector<int32_t>{2});
   EXPECT_EQ(r->max_new_tokens, 16);
+}
+
+// ---- Qwen3, Gemma 2, Gemma 3 ------------------------------------------------------------------
+
+json oracle_config(const std::string& fixture) {
+  std::ifstream in(fixtures_dir() / "oracle" / fixture / "config.json");
+  return json::parse(in);
+}
+
+TEST(ModelConfig, Qwen3FixtureHasQkNormsAndNoGemmaMath) {
+  const ModelConfig c = parse_ok(oracle_config("qwen3"));
+  EXPECT_EQ(c.architecture, Architecture::kQwen3);
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.hidden_act, "silu");
+  EXPECT_EQ(c.norm_weight_offset, 0.0);
+  EXPECT_EQ(c.embedding_scale, 1.0);
+  EXPECT_FALSE(c.sandwich_norms);
+  EXPECT_FALSE(c.query_pre_attn_scalar);
+  EXPECT_FALSE(c.attn_logit_softcapping);
+  EXPECT_FALSE(c.final_logit_softcapping);
+  EXPECT_FALSE(window_of(c));
+  EXPECT_EQ(c.layer_types, std::vector<LayerType>(2, LayerType::kFullAttention));
+  EXPECT_TRUE(c.tie_word_embeddings);
+  // Qwen3Config's defaults: head_dim 128 (not hidden / heads), untied.
+  const ModelConfig d = parse_ok(minimal("Qwen3ForCausalLM"));
+  EXPECT_EQ(d.head_dim, 128);
+  EXPECT_FALSE(d.tie_word_embeddings);
+  EXPECT_EQ(d.max_position_embeddings, 32768);
+  // Qwen3Attention biases o_proj too when attention_bias: refused.
+  json j = minimal("Qwen3ForCausalLM");
+  j["attention_bias"] = true;
+  expect_error(j, StatusCode::kUnimplemented, {"attention_bias", "o_proj"});
+  // Qwen3's sliding window follows Qwen2's rule (use_sliding_window, max_window_layers).
+  j = minimal("Qwen3ForCausalLM");
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 64;
+  j["max_window_layers"] = 1;
+  const ModelConfig w = parse_ok(j);
+  EXPECT_EQ(window_of(w), 64);
+  EXPECT_EQ(w.layer_types,
+            (std::vector<LayerType>{LayerType::kFullAttention, LayerType::kSlidingAttention}));
+}
+
+TEST(ModelConfig, Gemma2FixtureEveryField) {
+  const ModelConfig c = parse_ok(oracle_config("gemma2"));
+  EXPECT_EQ(c.architecture, Architecture::kGemma2);
+  EXPECT_EQ(c.model_type, "gemma2");
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_EQ(c.norm_weight_offset, 1.0);
+  EXPECT_EQ(c.embedding_scale, std::sqrt(128.0));
+  EXPECT_TRUE(c.sandwich_norms);
+  EXPECT_EQ(c.query_pre_attn_scalar, 48.0);
+  EXPECT_EQ(c.attn_logit_softcapping, 3.0);
+  EXPECT_EQ(c.final_logit_softcapping, 5.0);
+  EXPECT_EQ(window_of(c), 16);
+  EXPECT_EQ(sliding_layers(c).size(), 2u);
+  using enum LayerType;
+  EXPECT_EQ(c.layer_types,
+            (std::vector{kSlidingAttention, kFullAttention, kSlidingAttention, kFullAttention}));
+  EXPECT_FALSE(c.sliding_rope_theta);
+  EXPECT_EQ(c.layer_rope_theta(0), 10000.0);
+  EXPECT_TRUE(c.layer_rope_scaled(0));
+  EXPECT_TRUE(c.tie_word_embeddings);
+  // A window shorter than the served context stays; one covering it is full attention.
+  EXPECT_EQ(served_window_left(c, 512), c.layer_window_left);
+  EXPECT_EQ(served_window_left(c, 16), std::vector<int32_t>(4, -1));
+}
+
+TEST(ModelConfig, Gemma2DefaultsAreGemma2Configs) {
+  json j = minimal("Gemma2ForCausalLM");
+  j["num_hidden_layers"] = 4;
+  const ModelConfig c = parse_ok(j);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(c.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(c.final_logit_softcapping, 30.0);
+  EXPECT_EQ(window_of(c), 4096);
+  using enum LayerType;
+  EXPECT_EQ(c.layer_types,
+            (std::vector{kSlidingAttention, kFullAttention, kSlidingAttention, kFullAttention}));
+  // null: no capping.
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  const ModelConfig n = parse_ok(j);
+  EXPECT_FALSE(n.attn_logit_softcapping);
+  EXPECT_FALSE(n.final_logit_softcapping);
+}
+
+TEST(ModelConfig, GemmaRefusals) {
+  for (const char* arch : {"Gemma2ForCausalLM", "Gemma3ForCausalLM"}) {
+    SCOPED_TRACE(arch);
+    json j = minimal(arch);
+    j["use_bidirectional_attention"] = true;
+    expect_error(j, StatusCode::kUnimplemented, {"use_bidirectional_attention", "true"});
+    j = minimal(arch);
+    j["hidden_activation"] = "gelu";
+    expect_error(j, StatusCode::kUnimplemented, {"hidden_activation", "gelu"});
+    j = minimal(arch);
+    j["attention_bias"] = true;
+    expect_error(j, StatusCode::kUnimplemented, {"attention_bias"});
+    j = minimal(arch);
+    j["final_logit_softcapping"] = -1.0;
+    expect_error(j, StatusCode::kInvalidArgument, {"final_logit_softcapping", "-1"});
+    j = minimal(arch);
+    j["query_pre_attn_scalar"] = 0;
+    expect_error(j, StatusCode::kInvalidArgument, {"query_pre_attn_scalar"});
+    j = minimal(arch);
+    j["layer_types"] = {"full_attention", "chunked_attention"};
+    expect_error(j, StatusCode::kUnimplemented, {"layer_types[1]", "chunked_attention"});
+  }
+  // Gemma's soft-capping on another architecture is refused naming it.
+  json j = minimal("LlamaForCausalLM");
+  j["final_logit_softcapping"] = 30.0;
+  expect_error(j, StatusCode::kUnimplemented, {"final_logit_softcapping", "30"});
+  // Gemma 3: a scaled rope on the sliding layers is not implemented.
+  j = minimal("Gemma3ForCausalLM");
+  j["rope_parameters"] = {{"sliding_attention", {{"rope_type", "dynamic"}, {"factor", 2.0}}}};
+  expect_error(j, StatusCode::kUnimplemented, {"sliding_attention", "dynamic"});
+}
+
+// The Gemma 3 fixture with its nested rope_parameters, the full layers' linear scaling replaced
+// by default (the next test parses the fixture as written).
+TEST(ModelConfig, Gemma3FixtureNestedRopeParameters) {
+  json j = oracle_config("gemma3");
+  j["rope_parameters"]["full_attention"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  const ModelConfig c = parse_ok(j);
+  EXPECT_EQ(c.architecture, Architecture::kGemma3);
+  EXPECT_EQ(c.model_type, "gemma3_text");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.sandwich_norms);
+  EXPECT_EQ(c.norm_weight_offset, 1.0);
+  EXPECT_EQ(c.query_pre_attn_scalar, 64.0);
+  EXPECT_FALSE(c.attn_logit_softcapping);
+  EXPECT_FALSE(c.final_logit_softcapping);
+  EXPECT_EQ(window_of(c), 16);
+  using enum LayerType;
+  EXPECT_EQ(c.layer_types,
+            (std::vector{kSlidingAttention, kSlidingAttention, kFullAttention, kSlidingAttention}));
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.sliding_rope_theta, 10000.0);
+  EXPECT_EQ(c.layer_rope_theta(0), 10000.0);
+  EXPECT_FALSE(c.layer_rope_scaled(0));
+  EXPECT_EQ(c.layer_rope_theta(2), 1e6);
+  EXPECT_TRUE(c.layer_rope_scaled(2));
+}
+
+TEST(ModelConfig, Gemma3FixtureLinearRopeOnFullLayers) {
+  const Result<ModelConfig> r = parse(oracle_config("gemma3"));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->rope_scaling.rope_type, "linear");
+  EXPECT_EQ(r->rope_scaling.factor, 8.0);
+  EXPECT_EQ(r->rope_theta, 1e6);
+  EXPECT_EQ(r->sliding_rope_theta, 10000.0);
+}
+
+// transformers v4's Gemma 3 keys (as google/gemma-3-1b-pt): rope_local_base_freq and
+// sliding_window_pattern, no layer_types; Gemma3TextConfig's defaults otherwise.
+TEST(ModelConfig, Gemma3LegacyKeysAndDefaults) {
+  json j = minimal("Gemma3ForCausalLM");
+  j["num_hidden_layers"] = 7;
+  j["rope_local_base_freq"] = 10000;
+  j["rope_theta"] = 1000000;
+  j["rope_scaling"] = nullptr;
+  j["sliding_window"] = 512;
+  j["sliding_window_pattern"] = 6;
+  const ModelConfig c = parse_ok(j);
+  using enum LayerType;
+  EXPECT_EQ(c.layer_types,
+            (std::vector{kSlidingAttention, kSlidingAttention, kSlidingAttention, kSlidingAttention,
+                         kSlidingAttention, kFullAttention, kSlidingAttention}));
+  EXPECT_EQ(sliding_layers(c).size(), 6u);
+  EXPECT_EQ(c.layer_rope_theta(5), 1e6);
+  EXPECT_EQ(c.layer_rope_theta(6), 1e4);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(c.query_pre_attn_scalar, 256.0);
+  EXPECT_FALSE(c.attn_logit_softcapping);
+  EXPECT_FALSE(c.final_logit_softcapping);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  // Without any rope key: rope_theta 1e6 (full), 1e4 (sliding).
+  const ModelConfig d = parse_ok(minimal("Gemma3ForCausalLM"));
+  EXPECT_EQ(d.rope_theta, 1e6);
+  EXPECT_EQ(d.sliding_rope_theta, 1e4);
+  EXPECT_EQ(window_of(d), 4096);
+}
+
+// What CausalLM computes for each family, from the fixtures' configs: transformers' scaling
+// (query_pre_attn_scalar ** -0.5 or head_dim ** -0.5), window_left = sliding_window - 1 on the
+// sliding layers, one rope table per distinct base, the embedding scale rounded to the dtype.
+TEST(DecoderFamily, FromTheFixtureConfigs) {
+  using model::describe_decoder_family;
+  const model::DecoderFamily q =
+      describe_decoder_family(parse_ok(oracle_config("qwen3")), DType::kF32);
+  EXPECT_TRUE(q.qk_norm);
+  EXPECT_FALSE(q.sandwich_norms);
+  EXPECT_FALSE(q.qkv_bias);
+  EXPECT_EQ(q.norm_weight_offset, 0.0f);
+  EXPECT_EQ(q.embedding_scale, 1.0f);
+  EXPECT_EQ(q.activation, ops::GatedActivation::kSilu);
+  EXPECT_FLOAT_EQ(q.attention_scaling, 0.125f);  // 64 ** -0.5
+  EXPECT_EQ(q.attn_logit_softcap, 0.0f);
+  EXPECT_EQ(q.final_logit_softcap, 0.0f);
+  EXPECT_EQ(q.window_left, (std::vector<int32_t>{-1, -1}));
+  ASSERT_EQ(q.ropes.size(), 1u);
+  EXPECT_EQ(q.ropes[0].theta, 1e6);
+
+  const ModelConfig g2c = parse_ok(oracle_config("gemma2"));
+  const model::DecoderFamily g2 = describe_decoder_family(g2c, DType::kF32);
+  EXPECT_FALSE(g2.qk_norm);
+  EXPECT_TRUE(g2.sandwich_norms);
+  EXPECT_EQ(g2.norm_weight_offset, 1.0f);
+  EXPECT_EQ(g2.embedding_scale, static_cast<float>(std::sqrt(128.0)));
+  EXPECT_EQ(g2.activation, ops::GatedActivation::kGeluTanh);
+  EXPECT_FLOAT_EQ(g2.attention_scaling, static_cast<float>(1 / std::sqrt(48.0)));
+  EXPECT_EQ(g2.attn_logit_softcap, 3.0f);
+  EXPECT_EQ(g2.final_logit_softcap, 5.0f);
+  EXPECT_EQ(g2.window_left, (std::vector<int32_t>{15, -1, 15, -1}));
+  EXPECT_EQ(g2.layer_rope, (std::vector<int32_t>{0, 0, 0, 0}));
+  // bf16: sqrt(128) = 11.3137... is held as 11.3125.
+  EXPECT_EQ(describe_decoder_family(g2c, DType::kBF16).embedding_scale, 11.3125f);
+
+  json j = oracle_config("gemma3");
+  j["rope_parameters"]["full_attention"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  const model::DecoderFamily g3 = describe_decoder_family(parse_ok(j), DType::kF32);
+  EXPECT_TRUE(g3.qk_norm);
+  EXPECT_TRUE(g3.sandwich_norms);
+  EXPECT_FLOAT_EQ(g3.attention_scaling, 0.125f);  // query_pre_attn_scalar 64
+  EXPECT_EQ(g3.attn_logit_softcap, 0.0f);
+  EXPECT_EQ(g3.window_left, (std::vector<int32_t>{15, 15, -1, 15}));
+  ASSERT_EQ(g3.ropes.size(), 2u);
+  EXPECT_EQ(g3.ropes[0], (model::RopeSpec{.theta = 1e4, .scaled = false}));
+  EXPECT_EQ(g3.ropes[1], (model::RopeSpec{.theta = 1e6, .scaled = true}));
+  EXPECT_EQ(g3.layer_rope, (std::vector<int32_t>{0, 0, 1, 0}));
 }
 
 }  // namespace

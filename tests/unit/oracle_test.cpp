@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kvserve/engine/engine.h"
 #include "kvserve/engine/generate.h"

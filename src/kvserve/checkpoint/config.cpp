@@ -1,4 +1,5 @@
-// config.json: Hugging Face's defaults (LlamaConfig, Qwen2Config, MistralConfig) and validation.
+// config.json: Hugging Face's defaults (LlamaConfig, Qwen2Config, MistralConfig, Qwen3Config,
+// Gemma2Config, Gemma3TextConfig) and validation.
 #include "kvserve/checkpoint/config.h"
 
 #include <algorithm>
@@ -20,18 +21,33 @@ struct ArchitectureInfo {
   std::string_view model_type;  // "model_type"
   Architecture architecture;
   int64_t default_max_position_embeddings;  // the config class's default
+  int32_t default_head_dim;                 // 0: hidden_size / num_attention_heads
+  bool default_tie_word_embeddings;
   std::string_view summary;  // what kvserve runs of it (README's supported-models table)
 };
 
 constexpr auto kArchitectures = std::to_array<ArchitectureInfo>({
-    {"LlamaForCausalLM", "llama", Architecture::kLlama, 2048,
+    {"LlamaForCausalLM", "llama", Architecture::kLlama, 2048, 0, false,
      "Llama 2/3/3.1/3.2 and Llama-shaped models: RMSNorm, SwiGLU, GQA, rope (default, linear, "
      "dynamic, yarn, longrope, llama3)"},
-    {"Qwen2ForCausalLM", "qwen2", Architecture::kQwen2, 32768,
-     "Qwen2 / Qwen2.5: Llama's decoder with q/k/v biases"},
-    {"MistralForCausalLM", "mistral", Architecture::kMistral, 4096 * 32,
-     "Mistral: Llama's decoder (no biases)"},
+    {"Qwen2ForCausalLM", "qwen2", Architecture::kQwen2, 32768, 0, false,
+     "Qwen2 / Qwen2.5: Llama's decoder with q/k/v biases; sliding window per "
+     "max_window_layers / layer_types"},
+    {"MistralForCausalLM", "mistral", Architecture::kMistral, 4096 * 32, 0, false,
+     "Mistral: Llama's decoder (no biases), sliding window on every layer"},
+    {"Qwen3ForCausalLM", "qwen3", Architecture::kQwen3, 32768, 128, false,
+     "Qwen3: per-head q/k RMSNorm before rope, no q/k/v bias"},
+    {"Gemma2ForCausalLM", "gemma2", Architecture::kGemma2, 8192, 256, true,
+     "Gemma 2: tanh-GELU MLP, sandwich norms, (1 + w) RMSNorm, scaled embeddings, "
+     "query_pre_attn_scalar, attention and final logit soft-capping, local/global layers"},
+    {"Gemma3ForCausalLM", "gemma3_text", Architecture::kGemma3, 131072, 256, true,
+     "Gemma 3 (text): Gemma 2's decoder with q/k norms instead of attention soft-capping, "
+     "local layers with their own rope base, global layers with rope scaling"},
 });
+
+bool is_gemma(Architecture a) {
+  return a == Architecture::kGemma2 || a == Architecture::kGemma3;
+}
 
 // The audit (config.h): every config.json field transformers' LlamaConfig, Qwen2Config and
 // MistralConfig define, and the math-changing fields of neighbouring architectures a config may
@@ -43,8 +59,10 @@ using enum RefusalRule;
 constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
     // The model.
     {"architectures", kImplemented, kInCode,
-     "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM; any other architecture is refused"},
-    {"model_type", kImplemented, kInCode, "must match architectures[0] (llama, qwen2, mistral)"},
+     "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, "
+     "Gemma2ForCausalLM, Gemma3ForCausalLM; any other architecture is refused"},
+    {"model_type", kImplemented, kInCode,
+     "must match architectures[0] (llama, qwen2, mistral, qwen3, gemma2, gemma3_text)"},
     {"vocab_size", kImplemented, kNone, "embedding and lm_head rows"},
     {"hidden_size", kImplemented, kNone, "the residual width"},
     {"intermediate_size", kImplemented, kNone, "the MLP width"},
@@ -54,10 +72,12 @@ constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
      "grouped-query attention (default num_attention_heads); must divide num_attention_heads"},
     {"head_dim", kImplemented, kNone,
      "projections and attention follow it, also when it is not hidden_size / "
-     "num_attention_heads; odd values are refused (rotary pairs)"},
+     "num_attention_heads (Qwen3's default 128, Gemma's 256); odd values are refused (rotary "
+     "pairs)"},
     {"max_position_embeddings", kImplemented, kNone,
      "the context length served unless --context-length says otherwise"},
-    {"tie_word_embeddings", kImplemented, kNone, "lm_head is embed_tokens when true"},
+    {"tie_word_embeddings", kImplemented, kNone,
+     "lm_head is embed_tokens when true (Gemma's default true)"},
     {"rms_norm_eps", kImplemented, kNone, "every RMSNorm"},
     {"torch_dtype", kImplemented, kNone,
      "the checkpoint's declared dtype (\"dtype\" in transformers >= 4.56); weights are converted "
@@ -73,38 +93,58 @@ constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
      "decode graphs; linear and dynamic serve factor x max_position_embeddings by default"},
     {"rope_parameters", kImplemented, kInCode,
      "transformers v5's rope_theta + rope_scaling, the same types; a partial_rotary_factor other "
-     "than 1 in it is refused"},
+     "than 1 in it is refused; Gemma 3: keyed by layer type (full_attention: rope_theta + "
+     "scaling of the full layers; sliding_attention: the sliding layers' rope_theta, a scaling "
+     "there is refused)"},
+    {"rope_local_base_freq", kImplemented, kInCode,
+     "Gemma 3 (transformers v4 configs): the sliding layers' rotary base (default 10000), "
+     "unscaled; other architectures do not read it"},
     {"partial_rotary_factor", kRefused, kIfNotOne,
      "rotary embeddings on part of each head (transformers' default rope reads it for every "
      "architecture); kvserve rotates the whole head"},
     // Attention.
     {"attention_bias", kImplemented, kInCode,
-     "Qwen2: q/k/v biases always, as Qwen2Attention (the key is not read); Llama and Mistral: "
-     "true is refused (LlamaAttention also biases o_proj, which kvserve does not; "
+     "Qwen2: q/k/v biases always, as Qwen2Attention (the key is not read); Llama, Qwen3, Gemma "
+     "and Mistral: true is refused (their attention also biases o_proj, which kvserve does not; "
      "MistralAttention has no biases, so such a checkpoint is not a Mistral)"},
     {"sliding_window", kImplemented, kInCode,
-     "Mistral (4096 when the key is absent, none when null: every layer) and Qwen2 (4096 when "
-     "absent; only with use_sliding_window: the layers from max_window_layers on, or as "
-     "layer_types says): window_left sliding_window - 1 on those layers (docs/sliding-window.md); "
-     "a window at least the served context is full attention; a backend without windows "
-     "refuses a real one at load; Llama: not read, as LlamaAttention"},
+     "Mistral (4096 when the key is absent, none when null: every layer), Qwen2 and Qwen3 (4096 "
+     "when absent; only with use_sliding_window: the layers from max_window_layers on, or as "
+     "layer_types says) and Gemma 2/3 (4096 when absent; the sliding layers of layer_types): "
+     "window_left sliding_window - 1 on those layers (docs/sliding-window.md); a window at least "
+     "the served context is full attention; a backend without windows refuses a real one at "
+     "load; Llama: not read, as LlamaAttention"},
     {"use_sliding_window", kImplemented, kInCode,
-     "Qwen2: turns sliding_window on (see sliding_window); Llama/Mistral: not read, as "
-     "transformers"},
+     "Qwen2/Qwen3: turns sliding_window on (see sliding_window); Llama/Mistral/Gemma: not read, "
+     "as transformers"},
     {"max_window_layers", kImplemented, kInCode,
-     "Qwen2 with use_sliding_window and no layer_types: layers at or past it slide (default 28; "
-     "see sliding_window); at least num_hidden_layers means none"},
+     "Qwen2/Qwen3 with use_sliding_window and no layer_types: layers at or past it slide "
+     "(default 28; see sliding_window); at least num_hidden_layers means none"},
     {"layer_types", kImplemented, kInCode,
-     "num_hidden_layers entries of full_attention / sliding_attention; Qwen2 slides exactly the "
-     "sliding_attention layers; sliding_attention without a sliding_window, or any other type, "
-     "is refused; Llama/Mistral: not read otherwise, as transformers"},
-    {"attn_logit_softcapping", kRefused, kIfNotNull,
-     "Gemma 2's tanh soft-capping of the attention scores; kvserve does not cap them"},
-    {"query_pre_attn_scalar", kRefused, kIfNotHeadDim,
-     "Gemma 2's attention scale 1/sqrt(query_pre_attn_scalar); kvserve scales by "
-     "1/sqrt(head_dim), the same only when they are equal"},
+     "num_hidden_layers entries of full_attention / sliding_attention, kept per layer "
+     "(ModelConfig::layer_types); Qwen2/Qwen3/Gemma slide exactly the sliding_attention layers "
+     "(Gemma's default without it: 2: every other layer from layer 0; 3: sliding_window_pattern); "
+     "sliding_attention without a sliding_window, or any other type, is refused; Llama/Mistral: "
+     "not read otherwise, as transformers"},
+    {"sliding_window_pattern", kImplemented, kInCode,
+     "Gemma 3 without layer_types: every sliding_window_pattern-th layer is full, the others "
+     "slide (default 6; \"_sliding_window_pattern\" as transformers v5 writes it)"},
+    {"attn_logit_softcapping", kImplemented, kInCode,
+     "Gemma 2/3: score = cap * tanh(score / cap) after the scaling (Gemma 2's default 50; null: "
+     "none), given to the attention backend, which refuses it at load if it cannot cap; other "
+     "architectures: not null is refused"},
+    {"final_logit_softcapping", kImplemented, kInCode,
+     "Gemma 2/3: logits = cap * tanh(logits / cap) (Gemma 2's default 30; null: none); other "
+     "architectures: not null is refused"},
+    {"query_pre_attn_scalar", kImplemented, kInCode,
+     "Gemma 2/3: the attention scale 1/sqrt(query_pre_attn_scalar) (default 256); other "
+     "architectures: a number other than head_dim is refused (they scale by 1/sqrt(head_dim))"},
+    {"use_bidirectional_attention", kRefused, kIfTrue,
+     "Gemma's bidirectional (non-causal) attention for embedding models; kvserve's attention is "
+     "causal"},
     {"qk_norm", kRefused, kIfTrue,
-     "RMSNorm of queries and keys before rope (Qwen3-style); kvserve has none"},
+     "a key asking for RMSNorm of queries and keys; kvserve has it only as the architecture "
+     "defines it (Qwen3ForCausalLM and Gemma3ForCausalLM always, without the key)"},
     {"use_qk_norm", kRefused, kIfTrue,
      "RMSNorm of queries and keys (Llama 4-style); kvserve has none"},
     {"qk_layernorm", kRefused, kIfTrue,
@@ -112,10 +152,12 @@ constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
     {"attention_multiplier", kRefused, kIfNotNull,
      "Granite's attention scale in place of 1/sqrt(head_dim); kvserve has none"},
     // MLP, residual, logits.
-    {"hidden_act", kImplemented, kInCode, "silu; any other activation is refused"},
+    {"hidden_act", kImplemented, kInCode,
+     "silu; any other activation is refused; Gemma: not read (hidden_activation is)"},
+    {"hidden_activation", kImplemented, kInCode,
+     "Gemma: gelu_pytorch_tanh (the default; GELU's tanh approximation); any other activation is "
+     "refused; other architectures: not read"},
     {"mlp_bias", kRefused, kIfTrue, "biases on gate/up/down_proj; kvserve's MLP has none"},
-    {"final_logit_softcapping", kRefused, kIfNotNull,
-     "Gemma 2's tanh soft-capping of the logits; kvserve does not cap them"},
     {"embedding_multiplier", kRefused, kIfNotOne,
      "Granite's scaling of the embeddings; kvserve has none"},
     {"residual_multiplier", kRefused, kIfNotOne,
@@ -135,6 +177,8 @@ constexpr auto kConfigFieldAudit = std::to_array<ConfigFieldAudit>({
     {"pad_token_id", kIgnored, kNone, "a padding id for batched training/generation"},
     {"transformers_version", kIgnored, kNone, "metadata"},
     {"_name_or_path", kIgnored, kNone, "metadata"},
+    {"cache_implementation", kIgnored, kNone,
+     "which transformers cache class generate uses (Gemma's \"hybrid\"); not the values"},
 });
 
 // Refuses the kRefused fields that have a generic rule.
@@ -427,7 +471,7 @@ Status parse_dtype_field(const core::JsonFields& f, ModelConfig* c) {
   return Status::ok();
 }
 
-Status parse_shapes(const core::JsonFields& f, ModelConfig* c) {
+Status parse_shapes(const core::JsonFields& f, int32_t default_head_dim, ModelConfig* c) {
   KV_ASSIGN_OR_RETURN(c->vocab_size, f.required_positive_int32("vocab_size"));
   KV_ASSIGN_OR_RETURN(c->hidden_size, f.required_positive_int32("hidden_size"));
   KV_ASSIGN_OR_RETURN(c->intermediate_size, f.required_positive_int32("intermediate_size"));
@@ -444,6 +488,8 @@ Status parse_shapes(const core::JsonFields& f, ModelConfig* c) {
   KV_ASSIGN_OR_RETURN(const std::optional<int32_t> head_dim, f.optional_positive_int32("head_dim"));
   if (head_dim) {
     c->head_dim = *head_dim;  // may differ from hidden_size / heads (the projections follow it)
+  } else if (default_head_dim > 0) {
+    c->head_dim = default_head_dim;  // Qwen3Config / Gemma2Config / Gemma3TextConfig
   } else {
     if (c->hidden_size % c->num_attention_heads != 0) {
       return f.error_about(StatusCode::kInvalidArgument, "hidden_size",
@@ -483,6 +529,17 @@ Status parse_attention_bias(const core::JsonFields& f, ModelConfig* c) {
       }
       c->attention_bias = false;
       break;
+    case Architecture::kQwen3:
+    case Architecture::kGemma2:
+    case Architecture::kGemma3:
+      if (attention_bias.value_or(false)) {
+        return f.error(StatusCode::kUnimplemented, "attention_bias",
+                       fmt::format("true is not supported for {} (its attention then biases "
+                                   "q/k/v and o_proj; kvserve has no o_proj bias)",
+                                   c->architecture_name));
+      }
+      c->attention_bias = false;
+      break;
   }
   return Status::ok();
 }
@@ -504,10 +561,11 @@ Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelCo
       if (!root.contains("sliding_window")) window = 4096;
       if (window > 0) sliding.assign(layers, true);
       break;
-    case Architecture::kQwen2: {
-      // Qwen2Config's sliding_window defaults to 4096 when the key is absent and is kept only
-      // when use_sliding_window is true; its default layer_types slide the layers from
-      // max_window_layers (default 28) on.
+    case Architecture::kQwen2:
+    case Architecture::kQwen3: {
+      // Qwen2Config (and Qwen3Config): sliding_window defaults to 4096 when the key is absent and
+      // is kept only when use_sliding_window is true; its default layer_types slide the layers
+      // from max_window_layers (default 28) on.
       if (!root.contains("sliding_window")) window = 4096;
       KV_ASSIGN_OR_RETURN(const std::optional<bool> use_sw, f.optional_bool("use_sliding_window"));
       if (!use_sw.value_or(false)) window = 0;
@@ -520,9 +578,35 @@ Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelCo
       }
       break;
     }
+    case Architecture::kGemma2:
+    case Architecture::kGemma3: {
+      // Gemma2Config / Gemma3TextConfig: 4096 when the key is absent. Without layer_types,
+      // Gemma 2 slides on every other layer from layer 0 and Gemma 3 on all but every
+      // sliding_window_pattern-th (default 6; transformers v5 writes "_sliding_window_pattern").
+      if (!root.contains("sliding_window")) window = 4096;
+      int64_t pattern = 2;
+      if (c->architecture == Architecture::kGemma3) {
+        const char* key =
+            f.has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+        KV_ASSIGN_OR_RETURN(const std::optional<int64_t> pat, f.optional_int(key));
+        pattern = pat.value_or(6);
+        if (pattern <= 0) {
+          return f.error(StatusCode::kInvalidArgument, "sliding_window_pattern",
+                         fmt::format("must be positive, got {}", pattern));
+        }
+      }
+      if (window) {
+        for (size_t i = 0; i < layers; ++i)
+          sliding[i] = (static_cast<int64_t>(i) + 1) % pattern != 0;
+      }
+      break;
+    }
   }
-  // layer_types (transformers >= 4.53 writes it): Qwen2 reads it in place of max_window_layers;
-  // Llama and Mistral do not read it (Mistral warns that the model wants another class).
+  // layer_types (transformers >= 4.53 writes it): Qwen2, Qwen3 and Gemma read it in place of
+  // their defaults; Llama and Mistral do not read it (Mistral warns that the model wants another
+  // class).
+  const bool reads_layer_types =
+      c->architecture != Architecture::kLlama && c->architecture != Architecture::kMistral;
   if (const json* types = f.find("layer_types"); types != nullptr) {
     if (!types->is_array() || types->size() != layers) {
       return f.error(StatusCode::kInvalidArgument, "layer_types",
@@ -538,7 +622,7 @@ Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelCo
       }
       const std::string type = t.get<std::string>();
       if (type == "full_attention") {
-        if (c->architecture == Architecture::kQwen2) sliding[i] = false;
+        if (reads_layer_types) sliding[i] = false;
       } else if (type == "sliding_attention") {
         if (window == 0) {
           // transformers builds this layer's sliding mask from a null sliding_window and fails.
@@ -552,7 +636,7 @@ Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelCo
                       ? " or use_sliding_window is not true"
                       : (c->architecture == Architecture::kLlama ? ": LlamaConfig has none" : "")));
         }
-        if (c->architecture == Architecture::kQwen2) sliding[i] = true;
+        if (reads_layer_types) sliding[i] = true;
       } else {
         return f.error(
             StatusCode::kUnimplemented, field,
@@ -564,13 +648,134 @@ Status parse_sliding_window(const json& root, const core::JsonFields& f, ModelCo
   // transformers' window w masks keys at or before p - w: window_left w - 1.
   const int32_t window_left = window - 1;
   c->layer_window_left.assign(layers, -1);
+  c->layer_types.assign(layers, LayerType::kFullAttention);
   for (size_t i = 0; i < layers; ++i) {
-    if (sliding[i]) c->layer_window_left[i] = window_left;
+    if (sliding[i] && window > 0) {
+      c->layer_window_left[i] = window_left;
+      c->layer_types[i] = LayerType::kSlidingAttention;
+    }
   }
   return Status::ok();
 }
 
+// Gemma 3's per-layer rope: the sliding layers' base (rope_local_base_freq, or transformers v5's
+// rope_parameters keyed by layer type), the full layers' base and scaling. Called after
+// parse_rope, which leaves a nested rope_parameters alone (it has no top-level rope fields).
+Status parse_gemma3_rope(const core::JsonFields& f, ModelConfig* c) {
+  KV_ASSIGN_OR_RETURN(const std::optional<double> theta, f.optional_number("rope_theta"));
+  if (!theta) c->rope_theta = 1000000.0;  // Gemma3TextConfig's default
+  KV_ASSIGN_OR_RETURN(const std::optional<double> local, f.optional_number("rope_local_base_freq"));
+  c->sliding_rope_theta = local.value_or(10000.0);
+  if (const json* params = f.find("rope_parameters"); params != nullptr) {
+    const core::JsonFields p(*params, f.source(), "rope_parameters.");
+    if (const json* full = p.find("full_attention"); full != nullptr) {
+      KV_RETURN_IF_ERROR(
+          core::JsonFields::expect_object(*full, f.source(), p.name("full_attention")));
+      const core::JsonFields ff(*full, f.source(), p.name("full_attention") + ".");
+      KV_ASSIGN_OR_RETURN(const std::optional<double> t, ff.optional_number("rope_theta"));
+      if (t) c->rope_theta = *t;
+      KV_RETURN_IF_ERROR(parse_rope_scaling(p, "full_attention", c));
+    }
+    if (const json* sliding = p.find("sliding_attention"); sliding != nullptr) {
+      KV_RETURN_IF_ERROR(
+          core::JsonFields::expect_object(*sliding, f.source(), p.name("sliding_attention")));
+      const core::JsonFields sf(*sliding, f.source(), p.name("sliding_attention") + ".");
+      KV_ASSIGN_OR_RETURN(const std::optional<double> t, sf.optional_number("rope_theta"));
+      if (t) c->sliding_rope_theta = *t;
+      KV_ASSIGN_OR_RETURN(const std::optional<std::string> type, sf.optional_string("rope_type"));
+      if (type && *type != "default") {
+        return sf.error(StatusCode::kUnimplemented, "rope_type",
+                        fmt::format("'{}' is not supported for the sliding layers (kvserve scales "
+                                    "only the full layers' rope; supported: default)",
+                                    *type));
+      }
+    }
+  }
+  if (!(*c->sliding_rope_theta > 0.0) || !(c->rope_theta > 0.0)) {
+    return f.error(StatusCode::kInvalidArgument, "rope_local_base_freq",
+                   fmt::format("the rotary bases must be positive, got {} (sliding) and {} (full)",
+                               *c->sliding_rope_theta, c->rope_theta));
+  }
+  return Status::ok();
+}
+
+// The family's math beyond Llama's: Gemma's norms, embedding scale, activation, attention scale
+// and soft-capping; Qwen3's and Gemma 3's q/k norms. Other architectures refuse the Gemma keys
+// that would change their math if transformers read them.
+Status parse_family_fields(const json& root, const core::JsonFields& f, ModelConfig* c) {
+  const bool gemma = is_gemma(c->architecture);
+  c->qk_norm = c->architecture == Architecture::kQwen3 || c->architecture == Architecture::kGemma3;
+  KV_ASSIGN_OR_RETURN(std::optional<double> qpas, f.optional_number("query_pre_attn_scalar"));
+  KV_ASSIGN_OR_RETURN(std::optional<double> attn_cap, f.optional_number("attn_logit_softcapping"));
+  KV_ASSIGN_OR_RETURN(std::optional<double> final_cap,
+                      f.optional_number("final_logit_softcapping"));
+  if (!gemma) {
+    KV_ASSIGN_OR_RETURN(const std::optional<std::string> act, f.optional_string("hidden_act"));
+    c->hidden_act = act.value_or("silu");
+    if (c->hidden_act != "silu") {
+      return f.error(StatusCode::kUnimplemented, "hidden_act",
+                     fmt::format("'{}' is not supported (supported: silu)", c->hidden_act));
+    }
+    if (qpas && *qpas != static_cast<double>(c->head_dim)) {
+      return f.error(StatusCode::kUnimplemented, "query_pre_attn_scalar",
+                     fmt::format("{} is not supported for {} (Gemma's attention scale "
+                                 "1/sqrt(query_pre_attn_scalar); kvserve scales {} by "
+                                 "1/sqrt(head_dim), the same only when they are equal)",
+                                 *qpas, c->architecture_name, c->architecture_name));
+    }
+    for (const auto& [key, value] : {std::pair{"attn_logit_softcapping", attn_cap},
+                                     std::pair{"final_logit_softcapping", final_cap}}) {
+      if (value) {
+        return f.error(StatusCode::kUnimplemented, key,
+                       fmt::format("{} is not supported for {} (Gemma's tanh soft-capping; "
+                                   "kvserve caps only Gemma2ForCausalLM and Gemma3ForCausalLM)",
+                                   *value, c->architecture_name));
+      }
+    }
+    return Status::ok();
+  }
+  // Gemma: the keys' absence means the config class's default, null means none.
+  KV_ASSIGN_OR_RETURN(const std::optional<std::string> act, f.optional_string("hidden_activation"));
+  c->hidden_act = act.value_or("gelu_pytorch_tanh");
+  if (c->hidden_act != "gelu_pytorch_tanh") {
+    return f.error(
+        StatusCode::kUnimplemented, "hidden_activation",
+        fmt::format("'{}' is not supported (supported: gelu_pytorch_tanh)", c->hidden_act));
+  }
+  const bool gemma2 = c->architecture == Architecture::kGemma2;
+  if (!root.contains("query_pre_attn_scalar")) qpas = 256.0;
+  if (!root.contains("attn_logit_softcapping") && gemma2) attn_cap = 50.0;
+  if (!root.contains("final_logit_softcapping") && gemma2) final_cap = 30.0;
+  if (!qpas || !(*qpas > 0.0)) {
+    return f.error(StatusCode::kInvalidArgument, "query_pre_attn_scalar",
+                   fmt::format("must be a positive number, got {}",
+                               qpas ? fmt::format("{}", *qpas) : std::string("null")));
+  }
+  for (const auto& [key, value] : {std::pair{"attn_logit_softcapping", attn_cap},
+                                   std::pair{"final_logit_softcapping", final_cap}}) {
+    if (value && !(*value > 0.0)) {
+      return f.error(StatusCode::kInvalidArgument, key,
+                     fmt::format("must be positive (or null: none), got {}", *value));
+    }
+  }
+  c->query_pre_attn_scalar = qpas;
+  c->attn_logit_softcapping = attn_cap;
+  c->final_logit_softcapping = final_cap;
+  c->norm_weight_offset = 1.0;
+  c->embedding_scale = std::sqrt(static_cast<double>(c->hidden_size));
+  c->sandwich_norms = true;
+  return Status::ok();
+}
+
 }  // namespace
+
+double ModelConfig::layer_rope_theta(int32_t layer) const {
+  return sliding_rope_theta && layer_slides(layer) ? *sliding_rope_theta : rope_theta;
+}
+
+bool ModelConfig::layer_rope_scaled(int32_t layer) const {
+  return !(sliding_rope_theta && layer_slides(layer));
+}
 
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
   KV_ASSIGN_OR_RETURN(const json root, core::parse_json(json_text, source));
@@ -583,7 +788,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   c.architecture_name = std::string(arch->name);
   c.model_type = std::string(arch->model_type);
 
-  KV_RETURN_IF_ERROR(parse_shapes(f, &c));
+  KV_RETURN_IF_ERROR(parse_shapes(f, arch->default_head_dim, &c));
   KV_ASSIGN_OR_RETURN(const std::optional<int64_t> max_pos,
                       f.optional_int("max_position_embeddings"));
   c.max_position_embeddings = max_pos.value_or(arch->default_max_position_embeddings);
@@ -592,6 +797,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                    fmt::format("must be positive, got {}", c.max_position_embeddings));
   }
   KV_RETURN_IF_ERROR(parse_rope(f, &c));
+  if (c.architecture == Architecture::kGemma3) KV_RETURN_IF_ERROR(parse_gemma3_rope(f, &c));
   KV_ASSIGN_OR_RETURN(const std::optional<double> eps, f.optional_number("rms_norm_eps"));
   c.rms_norm_eps = eps.value_or(1e-6);
   if (!(c.rms_norm_eps > 0.0)) {
@@ -599,16 +805,11 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                    fmt::format("must be positive, got {}", c.rms_norm_eps));
   }
   KV_ASSIGN_OR_RETURN(const std::optional<bool> tie, f.optional_bool("tie_word_embeddings"));
-  c.tie_word_embeddings = tie.value_or(false);
-  KV_ASSIGN_OR_RETURN(const std::optional<std::string> act, f.optional_string("hidden_act"));
-  c.hidden_act = act.value_or("silu");
-  if (c.hidden_act != "silu") {
-    return f.error(StatusCode::kUnimplemented, "hidden_act",
-                   fmt::format("'{}' is not supported (supported: silu)", c.hidden_act));
-  }
+  c.tie_word_embeddings = tie.value_or(arch->default_tie_word_embeddings);
   KV_RETURN_IF_ERROR(parse_dtype_field(f, &c));
   KV_RETURN_IF_ERROR(parse_attention_bias(f, &c));
   KV_RETURN_IF_ERROR(parse_sliding_window(root, f, &c));
+  KV_RETURN_IF_ERROR(parse_family_fields(root, f, &c));
   KV_RETURN_IF_ERROR(apply_refusal_rules(f, c));
   KV_ASSIGN_OR_RETURN(c.bos_token_id, f.optional_token_id("bos_token_id"));
   KV_ASSIGN_OR_RETURN(c.eos_token_ids, f.token_id_list("eos_token_id"));

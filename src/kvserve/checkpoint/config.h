@@ -1,14 +1,16 @@
 // Hugging Face model configuration: config.json and generation_config.json of a checkpoint
-// directory, for LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM.
+// directory, for LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM,
+// Gemma2ForCausalLM and Gemma3ForCausalLM (the text model, model_type gemma3_text).
 //
 // Errors name the file and the field ("config.json: num_key_value_heads (3) does not divide
 // num_attention_heads (8)") and are Status values (kInvalidArgument / kNotFound /
 // kUnimplemented for an unknown architecture or a field kvserve does not implement).
 //
 // The audit (config_field_audit(), one table in config.cpp): every config.json field that
-// transformers' LlamaConfig / Qwen2Config / MistralConfig defines, plus the math-changing fields
-// of neighbouring architectures a config may carry (Gemma 2's soft-capping, qk norms, partial
-// rotary, Granite's multipliers, quantization_config), is either implemented (parsed into
+// transformers' LlamaConfig / Qwen2Config / MistralConfig / Qwen3Config / Gemma2Config /
+// Gemma3TextConfig defines, plus the math-changing fields of neighbouring architectures a config
+// may carry (qk-norm keys, partial rotary, Granite's multipliers, quantization_config), is either
+// implemented (parsed into
 // ModelConfig and applied by the model), refused with kUnimplemented naming the field and its
 // value, or ignored because it cannot change the logits (initializer_range, use_cache, ...).
 // Keys the table does not name are accepted without a look: Hugging Face configs carry many
@@ -30,7 +32,10 @@
 
 namespace kvserve::checkpoint {
 
-enum class Architecture { kLlama, kQwen2, kMistral };
+enum class Architecture { kLlama, kQwen2, kMistral, kQwen3, kGemma2, kGemma3 };
+
+// config.json "layer_types": what attention a layer has.
+enum class LayerType { kFullAttention, kSlidingAttention };
 
 // config.json "rope_scaling" (or transformers v5's "rope_parameters"); rope_type "default" means
 // none. Every type transformers 5 computes for these architectures is applied (model/rope.h;
@@ -66,7 +71,7 @@ struct RopeScaling {
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
   std::string architecture_name;  // as written in "architectures", e.g. "LlamaForCausalLM"
-  std::string model_type;         // "llama", "qwen2", "mistral"
+  std::string model_type;         // "llama", "qwen2", "mistral", "qwen3", "gemma2", "gemma3_text"
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
@@ -80,18 +85,47 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2 always; Llama if set)
+  // The MLP's gate activation: "silu" (hidden_act) or, for Gemma, "gelu_pytorch_tanh"
+  // (hidden_activation; Gemma does not read hidden_act).
   std::string hidden_act = "silu";
   DType torch_dtype = DType::kBF16;  // the checkpoint's declared dtype
-  // Each layer's attention window as attention::AttentionLayer::window_left: a query at position
-  // p sees the keys [p - window_left, p]; -1: the whole causal context. config.json's
-  // sliding_window w (transformers masks keys at or before p - w) is window_left w - 1, on the
-  // layers transformers gives it (Mistral: every layer; Qwen2 with use_sliding_window: those at
-  // or past max_window_layers, or marked "sliding_attention" in layer_types; Llama: none).
-  // num_hidden_layers entries. ModelRunner::create turns a window that covers the whole served
-  // context into -1 (served_window_left).
-  std::vector<int32_t> layer_window_left;
+  // Each layer's attention type (num_hidden_layers entries): "layer_types", or the
+  // architecture's default pattern (Gemma 2: every other layer slides, from layer 0; Gemma 3:
+  // five sliding, one full). A sliding layer attends to the last sliding_window tokens
+  // (layer_window_left).
+  std::vector<LayerType> layer_types;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // "eos_token_id" may be an int or a list
+
+  // Qwen3 / Gemma 3: RMSNorm of each query and key head (self_attn.q_norm / k_norm, [head_dim])
+  // after the projection, before rope.
+  bool qk_norm = false;
+  // Gemma: every RMSNorm multiplies by (1 + weight) (GemmaRMSNorm); 0 elsewhere.
+  double norm_weight_offset = 0.0;
+  // Gemma: the embeddings are multiplied by sqrt(hidden_size), rounded to the compute dtype
+  // (transformers casts the normalizer to the activations' dtype); 1 elsewhere.
+  double embedding_scale = 1.0;
+  // Gemma: post_attention_layernorm normalizes the attention output before the residual add and
+  // pre_feedforward_layernorm / post_feedforward_layernorm wrap the MLP ("sandwich" norms).
+  bool sandwich_norms = false;
+  // Gemma: the softmax scale is 1 / sqrt(query_pre_attn_scalar); nullopt: 1 / sqrt(head_dim).
+  std::optional<double> query_pre_attn_scalar;
+  // Gemma 2: score = cap * tanh(score / cap) after the scaling (attn_logit_softcapping), and
+  // logits = cap * tanh(logits / cap) (final_logit_softcapping); nullopt: none.
+  std::optional<double> attn_logit_softcapping;
+  std::optional<double> final_logit_softcapping;
+  // Gemma 3: the rotary base of sliding layers (rope_local_base_freq, or rope_parameters'
+  // "sliding_attention" entry), with no scaling; rope_theta and rope_scaling are then the full
+  // layers'. nullopt: every layer uses rope_theta and rope_scaling.
+  std::optional<double> sliding_rope_theta;
+
+  // The rotary base of layer `layer` (sliding_rope_theta on Gemma 3's sliding layers).
+  double layer_rope_theta(int32_t layer) const;
+  // Whether layer `layer` uses rope_scaling (false on Gemma 3's sliding layers).
+  bool layer_rope_scaled(int32_t layer) const;
+  bool layer_slides(int32_t layer) const {
+    return layer_types.at(static_cast<size_t>(layer)) == LayerType::kSlidingAttention;
+  }
 };
 
 // Reads and validates <dir>/config.json.

@@ -15,6 +15,8 @@ std::vector<CheckpointTensor> checkpoint_tensors(const checkpoint::ModelConfig& 
   const int64_t q_dim = int64_t{c.num_attention_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_key_value_heads} * c.head_dim;
   const int64_t inter = c.intermediate_size;
+  // An identity norm: weight 1, or 0 where the norm multiplies by 1 + weight (Gemma).
+  const TensorInit norm_init = c.norm_weight_offset != 0.0 ? TensorInit::kZeros : TensorInit::kOnes;
   add("model.embed_tokens.weight", {c.vocab_size, hidden}, TensorInit::kNormal);
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
@@ -25,13 +27,21 @@ std::vector<CheckpointTensor> checkpoint_tensors(const checkpoint::ModelConfig& 
     add(p + "self_attn.v_proj.weight", {kv_dim, hidden}, TensorInit::kNormal);
     if (c.attention_bias) add(p + "self_attn.v_proj.bias", {kv_dim}, TensorInit::kNormal);
     add(p + "self_attn.o_proj.weight", {hidden, q_dim}, TensorInit::kNormal);
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {c.head_dim}, norm_init);
+      add(p + "self_attn.k_norm.weight", {c.head_dim}, norm_init);
+    }
     add(p + "mlp.gate_proj.weight", {inter, hidden}, TensorInit::kNormal);
     add(p + "mlp.up_proj.weight", {inter, hidden}, TensorInit::kNormal);
     add(p + "mlp.down_proj.weight", {hidden, inter}, TensorInit::kNormal);
-    add(p + "input_layernorm.weight", {hidden}, TensorInit::kOnes);
-    add(p + "post_attention_layernorm.weight", {hidden}, TensorInit::kOnes);
+    add(p + "input_layernorm.weight", {hidden}, norm_init);
+    add(p + "post_attention_layernorm.weight", {hidden}, norm_init);
+    if (c.sandwich_norms) {
+      add(p + "pre_feedforward_layernorm.weight", {hidden}, norm_init);
+      add(p + "post_feedforward_layernorm.weight", {hidden}, norm_init);
+    }
   }
-  add("model.norm.weight", {hidden}, TensorInit::kOnes);
+  add("model.norm.weight", {hidden}, norm_init);
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, hidden}, TensorInit::kNormal);
   return out;
 }

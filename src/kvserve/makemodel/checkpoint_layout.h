@@ -11,8 +11,9 @@
 
 namespace kvserve::makemodel {
 
-// kSinusoidal: Whisper's encoder positions (whisper_checkpoint_layout.h), not learned.
-enum class TensorInit { kNormal, kOnes, kSinusoidal };
+// kSinusoidal: Whisper's encoder positions (whisper_checkpoint_layout.h), not learned. kZeros:
+// Gemma's norm weights (its RMSNorm multiplies by 1 + weight, so zeros are the identity).
+enum class TensorInit { kNormal, kOnes, kZeros, kSinusoidal };
 
 struct CheckpointTensor {
   checkpoint::TensorSpec spec;
@@ -20,7 +21,8 @@ struct CheckpointTensor {
 };
 
 // model.embed_tokens.weight, model.layers.N.{self_attn,mlp,*_layernorm}..., model.norm.weight,
-// lm_head.weight (unless tied); q/k/v biases when config.attention_bias.
+// lm_head.weight (unless tied); q/k/v biases when config.attention_bias; self_attn.q_norm /
+// k_norm when config.qk_norm; pre_/post_feedforward_layernorm when config.sandwich_norms.
 std::vector<CheckpointTensor> checkpoint_tensors(const checkpoint::ModelConfig& config,
                                                  DType dtype);
 

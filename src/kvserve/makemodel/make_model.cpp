@@ -95,8 +95,8 @@ class WeightFiller {
     bytes_.resize(chunk * elem);
     for (uint64_t first = 0; first < numel; first += chunk) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, numel - first));
-      if (init == TensorInit::kOnes) {
-        std::fill_n(scratch_.data(), n, 1.0f);
+      if (init == TensorInit::kOnes || init == TensorInit::kZeros) {
+        std::fill_n(scratch_.data(), n, init == TensorInit::kOnes ? 1.0f : 0.0f);
         convert_elements(scratch_.data(), DType::kF32, bytes_.data(), spec.dtype, n);
       } else if (init == TensorInit::kSinusoidal) {
         const int64_t channels = spec.shape.back();

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 #include "kvserve/core/check.h"
 #include "kvserve/makemodel/whisper_presets.h"
 
@@ -138,11 +140,134 @@ Preset llama31_8b() {
   return p;
 }
 
+// Qwen/Qwen3-8B's config.json.
+Preset qwen3_8b() {
+  Preset p;
+  p.name = "qwen3-8b-shape";
+  p.description = "Qwen3-8B's shapes: 36 layers, hidden 4096, 32/8 heads, head_dim 128, q/k norms";
+  p.tokenizer = make_synthetic_tokenizer(TokenizerStyle::kQwen2);
+  checkpoint::ModelConfig& c = p.config;
+  c.architecture = checkpoint::Architecture::kQwen3;
+  c.architecture_name = "Qwen3ForCausalLM";
+  c.model_type = "qwen3";
+  c.vocab_size = 151936;
+  c.hidden_size = 4096;
+  c.intermediate_size = 12288;
+  c.num_hidden_layers = 36;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 40960;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = false;
+  c.qk_norm = true;
+  c.layer_types.assign(36, checkpoint::LayerType::kFullAttention);
+  p.model_max_length = 131072;
+  p.write_head_dim = true;
+  p.max_window_layers = 36;
+  set_special_ids(&p);
+  return p;
+}
+
+// The Gemma fields both presets share (Gemma2Config / Gemma3TextConfig values).
+void gemma_common(checkpoint::ModelConfig& c) {
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = true;
+  c.norm_weight_offset = 1.0;
+  c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
+  c.sandwich_norms = true;
+  c.query_pre_attn_scalar = 256.0;
+}
+
+// Gemma's interleaving: the layers `slides` picks attend to the last `window` tokens
+// (ModelConfig::layer_types and layer_window_left, as the config parser fills them).
+template <typename Slides>
+void set_sliding_layers(checkpoint::ModelConfig& c, int32_t window, Slides slides) {
+  c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers),
+                       checkpoint::LayerType::kFullAttention);
+  c.layer_window_left.assign(static_cast<size_t>(c.num_hidden_layers), -1);
+  for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (!slides(i)) continue;
+    c.layer_types[static_cast<size_t>(i)] = checkpoint::LayerType::kSlidingAttention;
+    c.layer_window_left[static_cast<size_t>(i)] = window - 1;
+  }
+}
+
+// google/gemma-2-9b's config.json.
+Preset gemma2_9b() {
+  Preset p;
+  p.name = "gemma-2-9b-shape";
+  p.description =
+      "Gemma-2-9B's shapes: 42 layers, hidden 3584, 16/8 heads, head_dim 256, every other layer "
+      "sliding (4096), soft-capping";
+  p.tokenizer = make_synthetic_tokenizer(TokenizerStyle::kLlama3);
+  checkpoint::ModelConfig& c = p.config;
+  c.architecture = checkpoint::Architecture::kGemma2;
+  c.architecture_name = "Gemma2ForCausalLM";
+  c.model_type = "gemma2";
+  c.vocab_size = 256000;
+  c.hidden_size = 3584;
+  c.intermediate_size = 14336;
+  c.num_hidden_layers = 42;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 8;
+  c.head_dim = 256;
+  c.max_position_embeddings = 8192;
+  c.rope_theta = 10000.0;
+  gemma_common(c);
+  c.attn_logit_softcapping = 50.0;
+  c.final_logit_softcapping = 30.0;
+  set_sliding_layers(c, 4096, [](int32_t i) { return i % 2 == 0; });
+  p.model_max_length = 8192;
+  p.write_head_dim = true;
+  set_special_ids(&p);
+  return p;
+}
+
+// google/gemma-3-12b-pt's text_config (transformers v4 keys: rope_scaling for the full layers,
+// rope_local_base_freq for the sliding ones, sliding_window_pattern).
+Preset gemma3_12b() {
+  Preset p;
+  p.name = "gemma-3-12b-shape";
+  p.description =
+      "Gemma-3-12B's text model: 48 layers, hidden 3840, 16/8 heads, head_dim 256, five sliding "
+      "(1024) layers per full one, q/k norms, linear rope x8 on full layers";
+  p.tokenizer = make_synthetic_tokenizer(TokenizerStyle::kLlama3);
+  checkpoint::ModelConfig& c = p.config;
+  c.architecture = checkpoint::Architecture::kGemma3;
+  c.architecture_name = "Gemma3ForCausalLM";
+  c.model_type = "gemma3_text";
+  c.vocab_size = 262208;
+  c.hidden_size = 3840;
+  c.intermediate_size = 15360;
+  c.num_hidden_layers = 48;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 8;
+  c.head_dim = 256;
+  c.max_position_embeddings = 131072;
+  c.rope_theta = 1000000.0;
+  c.rope_scaling.rope_type = "linear";
+  c.rope_scaling.factor = 8.0;
+  c.sliding_rope_theta = 10000.0;
+  gemma_common(c);
+  c.qk_norm = true;
+  set_sliding_layers(c, 1024, [](int32_t i) { return (i + 1) % 6 != 0; });
+  p.model_max_length = 131072;
+  p.write_head_dim = true;
+  set_special_ids(&p);
+  return p;
+}
+
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = {tiny(),
                                           qwen25_05b(),
                                           llama32_1b(),
                                           llama31_8b(),
+                                          qwen3_8b(),
+                                          gemma2_9b(),
+                                          gemma3_12b(),
                                           whisper_tiny_shape_preset(),
                                           whisper_large_v2_shape_preset(),
                                           whisper_test_preset()};
@@ -186,7 +311,7 @@ std::string config_json_text(const Preset& preset, DType dtype) {
   j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
   j["eos_token_id"] =
       c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
-  j["hidden_act"] = c.hidden_act;
+  j["hidden_act"] = c.hidden_act;  // Gemma's configs carry both keys
   j["hidden_size"] = c.hidden_size;
   j["initializer_range"] = 0.02;
   j["intermediate_size"] = c.intermediate_size;
@@ -202,7 +327,33 @@ std::string config_json_text(const Preset& preset, DType dtype) {
   j["use_cache"] = true;
   j["vocab_size"] = c.vocab_size;
   if (preset.write_head_dim) j["head_dim"] = c.head_dim;
-  if (c.architecture == checkpoint::Architecture::kQwen2) {
+  if (c.architecture == checkpoint::Architecture::kGemma2 ||
+      c.architecture == checkpoint::Architecture::kGemma3) {
+    const bool gemma3 = c.architecture == checkpoint::Architecture::kGemma3;
+    j["attention_bias"] = false;
+    j["hidden_activation"] = c.hidden_act;
+    j["query_pre_attn_scalar"] = *c.query_pre_attn_scalar;
+    j["attn_logit_softcapping"] =
+        c.attn_logit_softcapping ? json(*c.attn_logit_softcapping) : json(nullptr);
+    j["final_logit_softcapping"] =
+        c.final_logit_softcapping ? json(*c.final_logit_softcapping) : json(nullptr);
+    const std::vector<int32_t> sliding = checkpoint::sliding_layers(c);
+    KV_CHECK(!sliding.empty(), "a Gemma preset without sliding layers");
+    j["sliding_window"] = c.layer_window_left[static_cast<size_t>(sliding.front())] + 1;
+    j["cache_implementation"] = "hybrid";
+    if (gemma3) {
+      j["rope_local_base_freq"] = *c.sliding_rope_theta;
+      j["sliding_window_pattern"] = 6;
+      j["rope_scaling"] = {{"factor", c.rope_scaling.factor},
+                           {"rope_type", c.rope_scaling.rope_type}};
+    }
+  } else if (c.architecture == checkpoint::Architecture::kQwen3) {
+    j["attention_bias"] = false;
+    j["max_window_layers"] = preset.max_window_layers;
+    j["rope_scaling"] = nullptr;
+    j["sliding_window"] = nullptr;
+    j["use_sliding_window"] = false;
+  } else if (c.architecture == checkpoint::Architecture::kQwen2) {
     j["max_window_layers"] = preset.max_window_layers;
     j["sliding_window"] = c.max_position_embeddings;  // present but off, as in Qwen2.5
     j["use_sliding_window"] = false;

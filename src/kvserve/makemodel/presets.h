@@ -27,10 +27,11 @@ struct Preset {
   SyntheticTokenizer tokenizer;
   int64_t model_max_length = 0;   // tokenizer_config.json
   bool write_head_dim = false;    // config.json carries "head_dim" (as Llama-3.2's does)
-  int32_t max_window_layers = 0;  // Qwen2's config.json field
+  int32_t max_window_layers = 0;  // Qwen2's and Qwen3's config.json field
 };
 
-// "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape, whisper-tiny-shape,
+// "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape, qwen3-8b-shape,
+// gemma-2-9b-shape, gemma-3-12b-shape, whisper-tiny-shape,
 // whisper-large-v2-shape, whisper-test"
 std::vector<std::string> preset_names();
 // nullptr for an unknown name.

@@ -23,6 +23,10 @@ struct CausalLM::Layer {
   Tensor down_proj;                 // [hidden, intermediate]
   Tensor input_layernorm;           // [hidden]
   Tensor post_attention_layernorm;  // [hidden]
+  Tensor q_norm, k_norm;            // [head_dim]; DecoderFamily::qk_norm only
+  // [hidden]; DecoderFamily::sandwich_norms only (post_attention_layernorm then normalizes the
+  // attention output, pre_feedforward_layernorm the residual going into the MLP).
+  Tensor pre_feedforward_layernorm, post_feedforward_layernorm;
 };
 
 // Activations of one forward in the compute dtype and the batch's per-token integers on the
@@ -163,6 +167,7 @@ CausalLM::CausalLM(const checkpoint::ModelConfig& config, platform::Platform& pl
     : config_(config),
       platform_(platform),
       dtype_(compute_dtype_of(platform)),
+      family_(describe_decoder_family(config, dtype_)),
       ws_(std::make_unique<Workspace>()) {}
 
 CausalLM::~CausalLM() = default;
@@ -195,7 +200,7 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
                                                         p + "self_attn.k_proj.weight",
                                                         p + "self_attn.v_proj.weight"},
                                                        {qd + 2 * kvd, h}));
-    if (c.attention_bias) {
+    if (m->family_.qkv_bias) {
       KV_ASSIGN_OR_RETURN(
           l.qkv_bias, loader.load_concat({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias",
                                           p + "self_attn.v_proj.bias"},
@@ -209,14 +214,39 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
     KV_ASSIGN_OR_RETURN(l.input_layernorm, loader.load(p + "input_layernorm.weight", {h}));
     KV_ASSIGN_OR_RETURN(l.post_attention_layernorm,
                         loader.load(p + "post_attention_layernorm.weight", {h}));
+    if (m->family_.qk_norm) {
+      KV_ASSIGN_OR_RETURN(l.q_norm, loader.load(p + "self_attn.q_norm.weight", {c.head_dim}));
+      KV_ASSIGN_OR_RETURN(l.k_norm, loader.load(p + "self_attn.k_norm.weight", {c.head_dim}));
+    }
+    if (m->family_.sandwich_norms) {
+      KV_ASSIGN_OR_RETURN(l.pre_feedforward_layernorm,
+                          loader.load(p + "pre_feedforward_layernorm.weight", {h}));
+      KV_ASSIGN_OR_RETURN(l.post_feedforward_layernorm,
+                          loader.load(p + "post_feedforward_layernorm.weight", {h}));
+    }
     if (on_layer) on_layer(i + 2, steps);
   }
-  m->rope_ = make_rope_table(c, c.head_dim, max_seq_len);
-  const std::vector<float>& inv_freq = m->rope_.inv_freq;
-  KV_ASSIGN_OR_RETURN(m->inv_freq_,
-                      platform.empty(DType::kF32, {static_cast<int64_t>(inv_freq.size())}));
-  platform.copy(m->inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float),
-                platform::CopyKind::kHostToDevice);
+  // One table per distinct rotary base (Gemma 3: the sliding layers' base, unscaled, and the
+  // full layers' base with rope_scaling).
+  for (const RopeSpec& spec : m->family_.ropes) {
+    checkpoint::ModelConfig rc = c;
+    rc.rope_theta = spec.theta;
+    if (!spec.scaled) rc.rope_scaling = checkpoint::RopeScaling{};
+    RopeTable table = make_rope_table(rc, c.head_dim, max_seq_len);
+    if (table.length_dependent && m->family_.ropes.size() > 1) {
+      return Status(StatusCode::kUnimplemented,
+                    fmt::format("config.json: rope_scaling {} with per-layer rotary bases (layer "
+                                "types with their own rope_theta) is not implemented",
+                                c.rope_scaling.rope_type));
+    }
+    m->rope_length_dependent_ = m->rope_length_dependent_ || table.length_dependent;
+    KV_ASSIGN_OR_RETURN(Tensor t,
+                        platform.empty(DType::kF32, {static_cast<int64_t>(table.inv_freq.size())}));
+    platform.copy(t.data(), table.inv_freq.data(), table.inv_freq.size() * sizeof(float),
+                  platform::CopyKind::kHostToDevice);
+    m->inv_freq_.push_back(std::move(t));
+    m->ropes_.push_back(std::move(table));
+  }
   m->weight_bytes_ = loader.bytes();
   return m;
 }
@@ -233,12 +263,12 @@ Result<mem::DeviceBatchInts> CausalLM::upload_eager(const mem::ForwardBatch& bat
     return make_status(reserved.code(), "activation memory for {} tokens: {}", n,
                        reserved.message());
   }
-  if (rope_.length_dependent) {
+  if (rope_length_dependent_) {
     // Each token rotates with the frequencies of its request's length after this forward, as
     // transformers recomputes them from max(position_ids) + 1 (model/rope.h).
     host_rope_rows_.assign(static_cast<size_t>(n), 0);
     for (int32_t b = 0; b < batch.batch_size(); ++b) {
-      const int32_t row = rope_.row_for(batch.seq_lens[b]);
+      const int32_t row = ropes_.front().row_for(batch.seq_lens[b]);
       std::fill_n(host_rope_rows_.begin() + batch.extend_start_loc[b], batch.extend_lens[b], row);
     }
     if (rope_rows_.numel() < n) {
@@ -287,7 +317,7 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
   const int32_t* positions = in.positions;
   const int32_t* logits_indices = in.logits_indices;
   // Filled by upload_eager (a length-dependent rope has no static forward).
-  const int32_t* rope_rows = rope_.length_dependent ? rope_rows_.data_as<int32_t>() : nullptr;
+  const int32_t* rope_rows = rope_length_dependent_ ? rope_rows_.data_as<int32_t>() : nullptr;
 
   auto gemm = [&](const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out,
                   int64_t m, int64_t cols, int64_t k) {
@@ -303,17 +333,24 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                           .ldb = k,
                           .ldc = cols});
   };
-  auto rms_norm = [&](const Tensor& x, const Tensor* residual, const Tensor& out,
-                      const Tensor& weight) {
-    ops::rms_norm(platform_, {.x = x.data(),
+  const DecoderFamily& fam = family_;
+  // Rows of `cols` (the hidden width, or one head for the q/k norms).
+  auto norm_rows = [&](const void* x, const Tensor* residual, void* out, const Tensor& weight,
+                       int64_t num_rows, int64_t cols) {
+    ops::rms_norm(platform_, {.x = x,
                               .residual = residual ? residual->data() : nullptr,
-                              .out = out.data(),
+                              .out = out,
                               .weight = weight.data(),
                               .dtype = dtype_,
-                              .rows = n,
-                              .cols = h,
-                              .x_stride = h,
-                              .eps = eps});
+                              .rows = num_rows,
+                              .cols = cols,
+                              .x_stride = cols,
+                              .eps = eps,
+                              .weight_offset = fam.norm_weight_offset});
+  };
+  auto rms_norm = [&](const Tensor& x, const Tensor* residual, const Tensor& out,
+                      const Tensor& weight) {
+    norm_rows(x.data(), residual, out.data(), weight, n, h);
   };
 
   ops::embedding(platform_, {.table = embed_tokens_.data(),
@@ -322,7 +359,8 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                              .dtype = dtype_,
                              .num_tokens = n,
                              .hidden = h,
-                             .vocab = c.vocab_size});
+                             .vocab = c.vocab_size,
+                             .scale = fam.embedding_scale});
   platform_.copy(w.residual.data(), w.hidden.data(), n * h * dtype_size(dtype_),
                  platform::CopyKind::kDeviceToDevice);
   for (size_t li = 0; li < layers_.size(); ++li) {
@@ -334,21 +372,27 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
       rms_norm(w.hidden, &w.residual, w.normed, l.input_layernorm);
     }
     gemm(w.normed, l.qkv_proj, &l.qkv_bias, w.qkv, n, qkv_cols, h);
+    const RopeTable& rope = ropes_[fam.layer_rope[li]];
+    const float* inv_freq = inv_freq_[fam.layer_rope[li]].data_as<float>();
     ops::SplitQkvRopeParams split{.qkv = w.qkv.data(),
                                   .q = w.q.data(),
                                   .k = w.k.data(),
                                   .v = w.v.data(),
                                   .dtype = dtype_,
                                   .positions = positions,
-                                  .inv_freq = inv_freq_.data_as<float>(),
-                                  .rope_rows = rope_rows,
-                                  .attention_factor = rope_.attention_factor,
+                                  .inv_freq = inv_freq,
+                                  .rope_rows = rope.length_dependent ? rope_rows : nullptr,
+                                  .attention_factor = rope.attention_factor,
                                   .num_tokens = n,
                                   .num_heads = heads,
                                   .num_kv_heads = kv_heads,
                                   .head_dim = c.head_dim,
                                   .rotary_dim = c.head_dim};
-    const bool fuse_store = fusable && batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
+    // The q/k norms sit between the split and the rotation: split unrotated (rotary_dim 0), norm
+    // each head in place, then rotate; the K/V store is then the unfused one.
+    if (fam.qk_norm) split.rotary_dim = 0;
+    const bool fuse_store = fusable && !fam.qk_norm &&
+                            batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
                             batch.kv_pool->v_scale(static_cast<int32_t>(li)) == 1.0f;
     if (fuse_store) {
       split.k_cache = batch.kv_pool->k_buffer(static_cast<int32_t>(li)).data();
@@ -357,26 +401,54 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
       split.num_slots = batch.kv_pool->num_slots();
     }
     ops::split_qkv_rope(platform_, split);
-    const attention::AttentionLayer layer{
-        .layer_id = static_cast<int32_t>(li),
-        .num_heads = heads,
-        .num_kv_heads = kv_heads,
-        .head_dim = c.head_dim,
-        .scaling = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-        .window_left = c.layer_window_left[li]};
+    if (fam.qk_norm) {
+      norm_rows(w.q.data(), nullptr, w.q.data(), l.q_norm, n * heads, c.head_dim);
+      norm_rows(w.k.data(), nullptr, w.k.data(), l.k_norm, n * kv_heads, c.head_dim);
+      ops::rope(platform_, {.q = w.q.data(),
+                            .k = w.k.data(),
+                            .dtype = dtype_,
+                            .positions = positions,
+                            .inv_freq = inv_freq,
+                            .rope_rows = rope.length_dependent ? rope_rows : nullptr,
+                            .attention_factor = rope.attention_factor,
+                            .num_tokens = n,
+                            .q_stride = qd,
+                            .k_stride = static_cast<int64_t>(kv_heads) * c.head_dim,
+                            .num_heads = heads,
+                            .num_kv_heads = kv_heads,
+                            .head_dim = c.head_dim,
+                            .rotary_dim = c.head_dim});
+    }
+    const attention::AttentionLayer layer{.layer_id = static_cast<int32_t>(li),
+                                          .num_heads = heads,
+                                          .num_kv_heads = kv_heads,
+                                          .head_dim = c.head_dim,
+                                          .scaling = fam.attention_scaling,
+                                          .window_left = fam.window_left[li],
+                                          .logit_softcap = fam.attn_logit_softcap};
     const attention::AttentionIO io{
         .q = w.q.data(), .k = w.k.data(), .v = w.v.data(), .out = w.attn.data(), .dtype = dtype_};
     if (caller_stores && !fuse_store) attention::store_kv(backend, io, layer, batch);
     KV_RETURN_IF_ERROR(backend.forward(io, layer, batch));
     gemm(w.attn, l.o_proj, nullptr, w.hidden, n, h, qd);
-    rms_norm(w.hidden, &w.residual, w.normed, l.post_attention_layernorm);
+    if (fam.sandwich_norms) {
+      // Gemma: the attention output is normed before it joins the residual, which the
+      // pre-feedforward norm then normalizes for the MLP; the MLP output is normed too (it
+      // joins the residual at the next layer's input norm).
+      rms_norm(w.hidden, nullptr, w.hidden, l.post_attention_layernorm);
+      rms_norm(w.hidden, &w.residual, w.normed, l.pre_feedforward_layernorm);
+    } else {
+      rms_norm(w.hidden, &w.residual, w.normed, l.post_attention_layernorm);
+    }
     gemm(w.normed, l.gate_up_proj, nullptr, w.gate_up, n, 2 * inter, h);
-    ops::silu_and_mul(platform_, {.x = w.gate_up.data(),
-                                  .out = w.act.data(),
-                                  .dtype = dtype_,
-                                  .num_tokens = n,
-                                  .inter = inter});
+    ops::act_and_mul(platform_, {.x = w.gate_up.data(),
+                                 .out = w.act.data(),
+                                 .dtype = dtype_,
+                                 .activation = fam.activation,
+                                 .num_tokens = n,
+                                 .inter = inter});
     gemm(w.act, l.down_proj, nullptr, w.hidden, n, h, inter);
+    if (fam.sandwich_norms) rms_norm(w.hidden, nullptr, w.hidden, l.post_feedforward_layernorm);
   }
   // The last MLP output joins the residual, the final norm runs, and the rows whose logits are
   // wanted are gathered (an embedding lookup into the normed activations).
@@ -400,6 +472,12 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                         .lda = h,
                         .ldb = h,
                         .ldc = c.vocab_size});
+  if (fam.final_logit_softcap > 0.0f) {
+    ops::softcap(platform_, {.x = host_logits != nullptr ? host_logits : w.logits.data_as<float>(),
+                             .rows = rows,
+                             .cols = c.vocab_size,
+                             .cap = fam.final_logit_softcap});
+  }
   return Status::ok();
 }
 
@@ -465,7 +543,7 @@ Status CausalLM::reserve_static_workspace(int64_t max_tokens) {
 void CausalLM::forward_static(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
                               const int32_t* device_ints) {
   KV_CHECK(static_ws_ != nullptr, "reserve_static_workspace first");
-  KV_CHECK(!rope_.length_dependent, "a static forward of a length-dependent rope");
+  KV_CHECK(!rope_length_dependent_, "a static forward of a length-dependent rope");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   backend.launch_decode_graph_metadata();
   // The static workspace and the backend's graph buffers are sized before capture: nothing grows.

@@ -1,8 +1,9 @@
 // Decoder-only causal language models of the Llama family: LlamaForCausalLM, Qwen2ForCausalLM
-// (q/k/v bias) and MistralForCausalLM. Weights are loaded from a Hugging Face checkpoint into the
-// platform's compute dtype (f32 on the CPU, bf16 on CUDA), with q/k/v and gate/up merged into one
-// GEMM each as SGLang does. Each attention layer stores its K/V into the pool and reads it back
-// through the attention backend.
+// (q/k/v bias), MistralForCausalLM, Qwen3ForCausalLM (q/k norms), Gemma2ForCausalLM and
+// Gemma3ForCausalLM (decoder_family.h says how each differs). Weights are loaded from a Hugging
+// Face checkpoint into the platform's compute dtype (f32 on the CPU, bf16 on CUDA), with q/k/v and
+// gate/up merged into one GEMM each as SGLang does. Each attention layer stores its K/V into the
+// pool and reads it back through the attention backend.
 #pragma once
 
 #include <functional>
@@ -14,6 +15,7 @@
 #include "kvserve/checkpoint/config.h"
 #include "kvserve/checkpoint/weights.h"
 #include "kvserve/mem/forward_batch.h"
+#include "kvserve/model/decoder_family.h"
 #include "kvserve/model/rope.h"
 
 namespace kvserve::model {
@@ -33,9 +35,10 @@ class CausalLM {
   ~CausalLM();
 
   const checkpoint::ModelConfig& config() const { return config_; }
+  const DecoderFamily& family() const { return family_; }
   // Whether the rotary frequencies follow each request's length (dynamic, longrope: model/rope.h);
   // such a model has no static forward (decode graphs).
-  bool rope_depends_on_length() const { return rope_.length_dependent; }
+  bool rope_depends_on_length() const { return rope_length_dependent_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
   // The compute dtype: f32 on the CPU, bf16 on CUDA (weights, activations; f32 accumulation).
@@ -92,9 +95,11 @@ class CausalLM {
   Tensor final_norm_;    // [hidden]
   std::vector<Layer> layers_;
   DType dtype_;
-  RopeTable rope_;
-  Tensor inv_freq_;   // f32 [rope_.rows, head_dim / 2] on the platform
-  Tensor rope_rows_;  // i32 [tokens]: each token's inv_freq row, when rope_.length_dependent
+  DecoderFamily family_;
+  std::vector<RopeTable> ropes_;        // one per family_.ropes
+  std::vector<Tensor> inv_freq_;        // f32 [ropes_[i].rows, head_dim / 2] on the platform
+  bool rope_length_dependent_ = false;  // then ropes_ holds that one table
+  Tensor rope_rows_;  // i32 [tokens]: each token's inv_freq row, when rope_length_dependent_
   std::vector<int32_t> host_rope_rows_;
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<Workspace> static_ws_;  // decode graphs; null until reserved

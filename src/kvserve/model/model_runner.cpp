@@ -245,13 +245,15 @@ attention::AttentionRequirements ModelRunner::attention_requirements(
   need.num_kv_heads = config.num_key_value_heads;
   need.head_dim = config.head_dim;
   need.rope_type = config.rope_scaling.rope_type;
+  if (config.attn_logit_softcapping) need.logit_softcap_field = "attn_logit_softcapping";
   need.page_size = o.page_size;
   // auto: the compute dtype (CUDA's kernels read bf16 or fp8, widened with the layer's scales:
   // docs/fp8-kv-cache.md).
   need.kv_dtype = o.kv_cache_dtype.value_or(CausalLM::compute_dtype(o.device.kind));
   need.device = o.device.kind;
   // Only a window smaller than the served context needs the backend's windows.
-  const int64_t context = o.context_length > 0 ? o.context_length : config.max_position_embeddings;
+  const int64_t context =
+      o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config);
   const std::vector<int32_t> windows = checkpoint::served_window_left(config, context);
   if (const auto w = std::ranges::max_element(windows); w != windows.end() && *w >= 0) {
     need.sliding_window_field =

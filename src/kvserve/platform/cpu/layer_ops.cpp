@@ -45,7 +45,14 @@ void embedding(const EmbeddingParams& p) {
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const int32_t id = p.ids[t];
     KV_CHECK(id >= 0 && id < p.vocab, "token id {} outside the vocabulary of {}", id, p.vocab);
-    std::memcpy(out + t * p.hidden, table + id * p.hidden, p.hidden * sizeof(float));
+    float* o = out + t * p.hidden;
+    const float* row = table + id * p.hidden;
+    if (p.scale == 1.0f) {
+      std::memcpy(o, row, p.hidden * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < p.hidden; ++i)
+        o[i] = row[i] * p.scale;
+    }
   }
 }
 
@@ -71,7 +78,7 @@ void rms_norm(const RmsNormParams& p) {
       sum += v[i] * v[i];
     const float inv = 1.0f / std::sqrt(sum / static_cast<float>(p.cols) + p.eps);
     for (int64_t i = 0; i < p.cols; ++i)
-      orow[i] = v[i] * inv * w[i];
+      orow[i] = v[i] * inv * (w[i] + p.weight_offset);
   }
 }
 
@@ -109,18 +116,32 @@ void rope(const RopeParams& p) {
   }
 }
 
-void silu_and_mul(const SiluAndMulParams& p) {
-  require_f32(p.dtype, "silu_and_mul");
+void act_and_mul(const ActAndMulParams& p) {
+  require_f32(p.dtype, "act_and_mul");
   const auto* x = static_cast<const float*>(p.x);
   auto* out = static_cast<float*>(p.out);
+  const bool gelu = p.activation == GatedActivation::kGeluTanh;
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
 #pragma omp parallel for schedule(static) if (p.num_tokens > 4)
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const float* gate = x + t * 2 * p.inter;
     const float* up = gate + p.inter;
     float* o = out + t * p.inter;
-    for (int64_t i = 0; i < p.inter; ++i)
-      o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    for (int64_t i = 0; i < p.inter; ++i) {
+      const float g = gate[i];
+      const float a =
+          gelu ? 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)))
+               : g / (1.0f + std::exp(-g));
+      o[i] = a * up[i];
+    }
   }
+}
+
+void softcap(const SoftcapParams& p) {
+  const int64_t n = p.rows * p.cols;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    p.x[i] = std::tanh(p.x[i] / p.cap) * p.cap;  // as transformers: divide, tanh, multiply
 }
 
 void split_qkv_rope(const SplitQkvRopeParams& p) {

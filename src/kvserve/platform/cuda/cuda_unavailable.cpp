@@ -53,7 +53,11 @@ void rope(const ops::RopeParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
-void silu_and_mul(const ops::SiluAndMulParams& /*params*/, StreamHandle /*stream*/) {
+void act_and_mul(const ops::ActAndMulParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void softcap(const ops::SoftcapParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 

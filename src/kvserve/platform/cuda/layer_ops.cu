@@ -62,6 +62,20 @@ __global__ void embedding_kernel(const __grid_constant__ ops::EmbeddingParams p,
   }
 }
 
+// Gemma's scaled embeddings: one block per token, out = table[id] * scale rounded to T (the scale
+// is already a value of T, so this is transformers' product of two T values).
+template <typename T>
+__global__ void scaled_embedding_kernel(const __grid_constant__ ops::EmbeddingParams p) {
+  pdl_enter();  // pdl.cuh: launched with launch_pdl
+  const int64_t t = blockIdx.x;
+  const int32_t id = p.ids[t];
+  const bool valid = id >= 0 && id < p.vocab;
+  const T* src = static_cast<const T*>(p.table) + static_cast<int64_t>(valid ? id : 0) * p.hidden;
+  T* out = static_cast<T*>(p.out) + t * p.hidden;
+  for (int64_t i = threadIdx.x; i < p.hidden; i += blockDim.x)
+    out[i] = from_float<T>(valid ? to_float(src[i]) * p.scale : 0.f);
+}
+
 // ---- RMSNorm ----------------------------------------------------------------------------------
 
 template <int THREADS>
@@ -104,7 +118,7 @@ __global__ void __launch_bounds__(THREADS)
   const float inv = rsqrtf(block_sum<THREADS>(sum) / static_cast<float>(p.cols) + p.eps);
   for (int64_t i = threadIdx.x; i < p.cols; i += THREADS) {
     const float v = res != nullptr ? to_float(res[i]) : to_float(x[i]);
-    out[i] = from_float<T>(v * inv * to_float(w[i]));
+    out[i] = from_float<T>(v * inv * (to_float(w[i]) + p.weight_offset));
   }
 }
 
@@ -172,7 +186,7 @@ __global__ void __launch_bounds__(THREADS)
     load8(w + 8 * i, wv);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      v[j][e] = v[j][e] * inv * wv[e];
+      v[j][e] = v[j][e] * inv * (wv[e] + p.weight_offset);
     store8(out + 8 * i, v[j]);
   }
 }
@@ -326,10 +340,19 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
 }
 
-// ---- SiLU and mul -----------------------------------------------------------------------------
+// ---- gated activation and mul ---------------------------------------------------------------
+
+// SiLU, or GELU's tanh approximation as torch computes it (gelu_pytorch_tanh), in f32.
+__device__ __forceinline__ float gate_activation(float g, ops::GatedActivation act) {
+  if (act == ops::GatedActivation::kGeluTanh) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * g * (1.f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.f + __expf(-g));
+}
 
 template <typename T>
-__global__ void silu_and_mul_kernel(const __grid_constant__ ops::SiluAndMulParams p) {
+__global__ void act_and_mul_kernel(const __grid_constant__ ops::ActAndMulParams p) {
   pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t total = p.num_tokens * p.inter;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -339,12 +362,12 @@ __global__ void silu_and_mul_kernel(const __grid_constant__ ops::SiluAndMulParam
     const T* row = static_cast<const T*>(p.x) + t * 2 * p.inter;
     const float g = to_float(row[i]);
     const float u = to_float(row[p.inter + i]);
-    static_cast<T*>(p.out)[idx] = from_float<T>(g / (1.f + __expf(-g)) * u);
+    static_cast<T*>(p.out)[idx] = from_float<T>(gate_activation(g, p.activation) * u);
   }
 }
 
 // The bf16 fast path (inter a multiple of 8): 8 outputs per thread, 16-byte loads and store.
-__global__ void silu_and_mul_bf16x8_kernel(const __grid_constant__ ops::SiluAndMulParams p) {
+__global__ void act_and_mul_bf16x8_kernel(const __grid_constant__ ops::ActAndMulParams p) {
   pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t vecs_per_row = p.inter / 8;
   const int64_t total = p.num_tokens * vecs_per_row;
@@ -358,9 +381,18 @@ __global__ void silu_and_mul_bf16x8_kernel(const __grid_constant__ ops::SiluAndM
     load8(row + p.inter + i, u);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      o[e] = g[e] / (1.f + __expf(-g[e])) * u[e];
+      o[e] = gate_activation(g[e], p.activation) * u[e];
     store8(static_cast<bf16*>(p.out) + t * p.inter + i, o);
   }
+}
+
+// ---- logit soft-capping -----------------------------------------------------------------------
+
+__global__ void softcap_kernel(const __grid_constant__ ops::SoftcapParams p) {
+  const int64_t total = p.rows * p.cols;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p.x[idx] = tanhf(p.x[idx] / p.cap) * p.cap;
 }
 
 // ---- argmax -----------------------------------------------------------------------------------
@@ -416,6 +448,14 @@ int grid_for(int64_t elements, int threads) {
 
 void embedding(const ops::EmbeddingParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
+  if (p.scale != 1.0f) {
+    dispatch_dtype(p.dtype, "embedding", [&](auto tag) {
+      using T = decltype(tag);
+      launch_pdl(scaled_embedding_kernel<T>, static_cast<unsigned>(p.num_tokens), 256, 0,
+                 as_cuda(stream), p.pdl, p);
+    });
+    return;
+  }
   const int64_t row_bytes = p.hidden * static_cast<int64_t>(dtype_size(p.dtype));
   launch_pdl(embedding_kernel, static_cast<unsigned>(p.num_tokens), 256, 0, as_cuda(stream), p.pdl,
              p, row_bytes);
@@ -471,18 +511,24 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& p, StreamHandle stream) {
   }
 }
 
-void silu_and_mul(const ops::SiluAndMulParams& p, StreamHandle stream) {
+void act_and_mul(const ops::ActAndMulParams& p, StreamHandle stream) {
   if (p.num_tokens == 0) return;
   if (p.dtype == DType::kBF16 && p.inter % 8 == 0 && aligned16(p.x) && aligned16(p.out)) {
-    launch_pdl(silu_and_mul_bf16x8_kernel, grid_for(p.num_tokens * p.inter / 8, 256), 256, 0,
+    launch_pdl(act_and_mul_bf16x8_kernel, grid_for(p.num_tokens * p.inter / 8, 256), 256, 0,
                as_cuda(stream), p.pdl, p);
   } else {
-    dispatch_dtype(p.dtype, "silu_and_mul", [&](auto tag) {
+    dispatch_dtype(p.dtype, "act_and_mul", [&](auto tag) {
       using T = decltype(tag);
-      launch_pdl(silu_and_mul_kernel<T>, grid_for(p.num_tokens * p.inter, 256), 256, 0,
+      launch_pdl(act_and_mul_kernel<T>, grid_for(p.num_tokens * p.inter, 256), 256, 0,
                  as_cuda(stream), p.pdl, p);
     });
   }
+}
+
+void softcap(const ops::SoftcapParams& p, StreamHandle stream) {
+  if (p.rows * p.cols == 0) return;
+  softcap_kernel<<<grid_for(p.rows * p.cols, 256), 256, 0, as_cuda(stream)>>>(p);
+  KV_CUDA_CHECK(cudaGetLastError());
 }
 
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, bool pdl,

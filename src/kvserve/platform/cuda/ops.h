@@ -31,7 +31,8 @@ void build_kv_indices(const ops::BuildKvIndicesParams& params, StreamHandle stre
 void embedding(const ops::EmbeddingParams& params, StreamHandle stream);
 void rms_norm(const ops::RmsNormParams& params, StreamHandle stream);
 void rope(const ops::RopeParams& params, StreamHandle stream);
-void silu_and_mul(const ops::SiluAndMulParams& params, StreamHandle stream);
+void act_and_mul(const ops::ActAndMulParams& params, StreamHandle stream);
+void softcap(const ops::SoftcapParams& params, StreamHandle stream);
 void split_qkv_rope(const ops::SplitQkvRopeParams& params, StreamHandle stream);
 // Greedy sampling on the device: out[r] = argmax(logits[r, :vocab]) (lowest index on ties).
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, bool pdl,

@@ -34,9 +34,18 @@ void rope(platform::Platform& p, const RopeParams& params, platform::StreamHandl
   dispatch(p, params, stream, cpu::rope, platform::cuda::rope);
 }
 
-void silu_and_mul(platform::Platform& p, const SiluAndMulParams& params,
-                  platform::StreamHandle stream) {
-  dispatch(p, params, stream, cpu::silu_and_mul, platform::cuda::silu_and_mul);
+void act_and_mul(platform::Platform& p, const ActAndMulParams& params,
+                 platform::StreamHandle stream) {
+  dispatch(p, params, stream, cpu::act_and_mul, platform::cuda::act_and_mul);
+}
+
+void softcap(platform::Platform& p, const SoftcapParams& params, platform::StreamHandle stream) {
+  KV_CHECK(params.cap > 0.0f, "softcap: cap {} must be positive", params.cap);
+  if (p.device().kind == DeviceKind::kCuda) {
+    platform::cuda::softcap(params, p.resolve(stream));
+    return;
+  }
+  cpu::softcap(params);
 }
 
 void split_qkv_rope(platform::Platform& p, const SplitQkvRopeParams& params,

@@ -15,8 +15,10 @@ void embedding(platform::Platform& p, const EmbeddingParams& params,
 void rms_norm(platform::Platform& p, const RmsNormParams& params,
               platform::StreamHandle stream = {});
 void rope(platform::Platform& p, const RopeParams& params, platform::StreamHandle stream = {});
-void silu_and_mul(platform::Platform& p, const SiluAndMulParams& params,
-                  platform::StreamHandle stream = {});
+void act_and_mul(platform::Platform& p, const ActAndMulParams& params,
+                 platform::StreamHandle stream = {});
+void softcap(platform::Platform& p, const SoftcapParams& params,
+             platform::StreamHandle stream = {});
 void split_qkv_rope(platform::Platform& p, const SplitQkvRopeParams& params,
                     platform::StreamHandle stream = {});
 // out[r] = argmax(logits[r, :vocab]), the lowest index on ties (greedy sampling on the device).
@@ -27,7 +29,8 @@ namespace cpu {
 void embedding(const EmbeddingParams& params);
 void rms_norm(const RmsNormParams& params);
 void rope(const RopeParams& params);
-void silu_and_mul(const SiluAndMulParams& params);
+void act_and_mul(const ActAndMulParams& params);
+void softcap(const SoftcapParams& params);
 void split_qkv_rope(const SplitQkvRopeParams& params);
 }  // namespace cpu
 

@@ -7,7 +7,8 @@
 
 namespace kvserve::ops {
 
-// out[t, :] = table[ids[t], :]
+// out[t, :] = table[ids[t], :] * scale (Gemma scales by sqrt(hidden_size), the scale already
+// rounded to the compute dtype by the caller as transformers casts it; 1: a plain copy).
 struct EmbeddingParams {
   const void* table = nullptr;   // [vocab, hidden]
   const int32_t* ids = nullptr;  // [num_tokens], each in [0, vocab)
@@ -16,13 +17,16 @@ struct EmbeddingParams {
   int64_t num_tokens = 0;
   int64_t hidden = 0;
   int64_t vocab = 0;
+  float scale = 1.0f;
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
   // platform's KernelSwitches::pdl.
   bool pdl = true;
 };
 
 // With `residual`: residual = x + residual; out = rmsnorm(residual). Without: out = rmsnorm(x).
-// rmsnorm(v) = v / sqrt(mean(v^2) + eps) * weight. `out` may alias `x`.
+// rmsnorm(v) = v / sqrt(mean(v^2) + eps) * (weight + weight_offset). `out` may alias `x`.
+// weight_offset is 1 for Gemma's RMSNorm (x * (1 + w), the sum in f32), 0 elsewhere. Per-head
+// q/k norms (Qwen3, Gemma 3) are this op over rows = tokens * heads, cols = head_dim.
 struct RmsNormParams {
   const void* x = nullptr;       // [rows, cols], row stride x_stride
   void* residual = nullptr;      // [rows, cols] contiguous, or null
@@ -33,6 +37,7 @@ struct RmsNormParams {
   int64_t cols = 0;
   int64_t x_stride = 0;
   float eps = 1e-6f;
+  float weight_offset = 0.0f;
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
   // platform's KernelSwitches::pdl.
   bool pdl = true;
@@ -61,11 +66,16 @@ struct RopeParams {
   int32_t rotary_dim = 0;
 };
 
-// out[t, i] = silu(x[t, i]) * x[t, inter + i]   (x = [gate | up], as a merged gate_up_proj)
-struct SiluAndMulParams {
+// The gated MLP's activation of the gate: SiLU (Llama, Qwen) or GELU with the tanh approximation
+// (Gemma's gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))).
+enum class GatedActivation { kSilu, kGeluTanh };
+
+// out[t, i] = act(x[t, i]) * x[t, inter + i]   (x = [gate | up], as a merged gate_up_proj)
+struct ActAndMulParams {
   const void* x = nullptr;  // [num_tokens, 2 * inter]
   void* out = nullptr;      // [num_tokens, inter]
   DType dtype = DType::kF32;
+  GatedActivation activation = GatedActivation::kSilu;
   int64_t num_tokens = 0;
   int64_t inter = 0;
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
@@ -101,6 +111,14 @@ struct SplitQkvRopeParams {
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
   // platform's KernelSwitches::pdl.
   bool pdl = true;
+};
+
+// In place on f32 rows: x = cap * tanh(x / cap) (Gemma 2's final_logit_softcapping; cap > 0).
+struct SoftcapParams {
+  float* x = nullptr;  // [rows, cols] contiguous, on the op's device
+  int64_t rows = 0;
+  int64_t cols = 0;
+  float cap = 0.0f;
 };
 
 }  // namespace kvserve::ops
