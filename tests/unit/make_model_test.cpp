@@ -452,7 +452,7 @@ TEST(MakeModel, Qwen3AndGemmaPresetsParseBackToTheRealConfigs) {
                               : std::optional<int32_t>(
                                     c.layer_window_left[static_cast<size_t>(sliding.front())] + 1),
               e.window);
-    EXPECT_EQ(c.layer_window_left, p->config.layer_window_left);
+    EXPECT_EQ(checkpoint::sliding_layers(c), checkpoint::sliding_layers(p->config));
     EXPECT_EQ(c.query_pre_attn_scalar, e.qpas);
     EXPECT_EQ(c.attn_logit_softcapping, e.attn_cap);
     EXPECT_EQ(c.final_logit_softcapping, e.final_cap);

@@ -89,6 +89,14 @@ struct ModelConfig {
   // (hidden_activation; Gemma does not read hidden_act).
   std::string hidden_act = "silu";
   DType torch_dtype = DType::kBF16;  // the checkpoint's declared dtype
+  // Each layer's attention window as attention::AttentionLayer::window_left: a query at position
+  // p sees the keys [p - window_left, p]; -1: the whole causal context. config.json's
+  // sliding_window w (transformers masks keys at or before p - w) is window_left w - 1, on the
+  // layers transformers gives it (Mistral: every layer; Qwen2/Qwen3 with use_sliding_window: those
+  // at or past max_window_layers, or marked "sliding_attention" in layer_types; Gemma: its sliding
+  // layer_types; Llama: none). num_hidden_layers entries. ModelRunner::create turns a window that
+  // covers the whole served context into -1 (served_window_left).
+  std::vector<int32_t> layer_window_left;
   // Each layer's attention type (num_hidden_layers entries): "layer_types", or the
   // architecture's default pattern (Gemma 2: every other layer slides, from layer 0; Gemma 3:
   // five sliding, one full). A sliding layer attends to the last sliding_window tokens
