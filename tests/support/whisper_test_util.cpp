@@ -143,42 +143,43 @@ double rel_l2(const std::vector<float>& ref, const std::vector<float>& got) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-std::vector<float> varlen_attention_reference(const std::vector<float>& q,
-                                              const std::vector<float>& k,
-                                              const std::vector<float>& v,
-                                              const std::vector<int32_t>& cu_q,
-                                              const std::vector<int32_t>& cu_kv, int heads,
-                                              int kv_heads, int dim, float scaling, bool causal) {
+std::vector<float> varlen_attention_reference(
+    const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+    const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_kv, int heads, int kv_heads,
+    int dim, float scaling, bool causal, int32_t window_left, float logit_softcap) {
   std::vector<float> out(q.size(), 0.0f);
   for (size_t s = 0; s + 1 < cu_q.size(); ++s) {
     const int64_t q_len = cu_q[s + 1] - cu_q[s];
     const int64_t kv_len = cu_kv[s + 1] - cu_kv[s];
     for (int64_t i = 0; i < q_len; ++i) {
       const int64_t seen = causal ? std::clamp<int64_t>(kv_len - q_len + i + 1, 0, kv_len) : kv_len;
+      const int64_t lo =
+          window_left >= 0 ? std::clamp<int64_t>(kv_len - q_len + i - window_left, 0, seen) : 0;
       for (int h = 0; h < heads; ++h) {
         const int g = h / (heads / kv_heads);
         const float* qr = q.data() + ((cu_q[s] + i) * heads + h) * dim;
         std::vector<double> sc(seen);
         double mx = -INFINITY;
-        for (int64_t j = 0; j < seen; ++j) {
+        for (int64_t j = lo; j < seen; ++j) {
           const float* kr = k.data() + ((cu_kv[s] + j) * kv_heads + g) * dim;
           double dot = 0;
           for (int d = 0; d < dim; ++d)
             dot += double(qr[d]) * kr[d];
           sc[j] = dot * scaling;
+          if (logit_softcap > 0) sc[j] = logit_softcap * std::tanh(sc[j] / logit_softcap);
           mx = std::max(mx, sc[j]);
         }
         double sum = 0;
-        for (double& x : sc) {
-          x = std::exp(x - mx);
-          sum += x;
+        for (int64_t j = lo; j < seen; ++j) {
+          sc[j] = std::exp(sc[j] - mx);
+          sum += sc[j];
         }
         float* o = out.data() + ((cu_q[s] + i) * heads + h) * dim;
         for (int d = 0; d < dim; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < seen; ++j)
+          for (int64_t j = lo; j < seen; ++j)
             acc += sc[j] * v[((cu_kv[s] + j) * kv_heads + g) * dim + d];
-          o[d] = seen > 0 ? static_cast<float>(acc / sum) : 0.0f;
+          o[d] = seen > lo ? static_cast<float>(acc / sum) : 0.0f;
         }
       }
     }

@@ -72,12 +72,12 @@ double rel_l2(const std::vector<float>& ref, const std::vector<float>& got);
 
 // Varlen attention (ops/varlen_attention_params.h) in float64 on the host: sequences given by
 // cu_q / cu_kv, rows packed ([tokens, heads * dim] queries and outputs, [tokens, kv_heads * dim]
-// keys and values), zeros for a query that sees no key.
-std::vector<float> varlen_attention_reference(const std::vector<float>& q,
-                                              const std::vector<float>& k,
-                                              const std::vector<float>& v,
-                                              const std::vector<int32_t>& cu_q,
-                                              const std::vector<int32_t>& cu_kv, int heads,
-                                              int kv_heads, int dim, float scaling, bool causal);
+// keys and values), zeros for a query that sees no key. window_left >= 0: query i (position
+// kv_len - q_len + i) also skips keys below position - window_left; logit_softcap > 0: a score
+// becomes cap * tanh(score / cap) after the scaling.
+std::vector<float> varlen_attention_reference(
+    const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+    const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_kv, int heads, int kv_heads,
+    int dim, float scaling, bool causal, int32_t window_left = -1, float logit_softcap = 0.0f);
 
 }  // namespace kvserve::model::testing

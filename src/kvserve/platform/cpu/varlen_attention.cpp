@@ -33,6 +33,10 @@ void varlen_attention(const VarlenAttentionParams& p) {
            "varlen_attention: {} query heads over {} KV heads", p.num_heads, p.num_kv_heads);
   KV_CHECK((p.cu_q == nullptr) == (p.cu_kv == nullptr),
            "varlen_attention: give both cu_q and cu_kv or neither");
+  KV_CHECK(p.window_left < 0 && p.logit_softcap == 0.0f,
+           "varlen_attention on the CPU: no sliding window ({}) or soft-capping ({}); the CUDA "
+           "kernel has them",
+           p.window_left, p.logit_softcap);
   std::vector<Block> blocks;
   int64_t max_kv = 0;
   for (int32_t s = 0; s < (p.cu_q != nullptr ? p.num_seqs : 1); ++s) {
