@@ -7,8 +7,9 @@
 // in shared memory at the end.
 // Page size is a run-time shift and mask (powers of two), like the tensor-core kernels'; a sliding
 // window (window_left >= 0) narrows a query's positions to [window_first, seq) before the split,
-// and soft-capping (logit_softcap > 0) is a uniform branch on the score: the query is pre-scaled
-// by sm_scale / cap, the score becomes cap * log2(e) * tanh(score).
+// and soft-capping (logit_softcap > 0) picks one of two instantiations of the token loop (a
+// uniform branch per block): the query is pre-scaled by sm_scale / cap, the score becomes
+// cap * log2(e) * tanh(score).
 // An fp8 cache (KV = __nv_fp8_e4m3 / e5m2) keeps the lane layout: a lane loads its 8 elements as
 // 8 bytes and widens them; k_scale is folded into the query's pre-scale and v_scale into the
 // output (value = stored * scale).
@@ -153,52 +154,61 @@ __global__ void __launch_bounds__(kThreads)
 
   // The loop bounds are the same for every thread (warp-uniform): the lanes of other token
   // groups in this warp must reach the shuffles too, so a token past the end is masked, not
-  // skipped.
-  for (int base = begin; base < end; base += kGroups * kUnroll) {
-    // Issue every load of kUnroll tokens before using any of them.
-    LaneRaw<KV> kraw[kUnroll], vraw[kUnroll];
+  // skipped. The loop is instantiated with and without soft-capping and chosen once, so the loop
+  // without a cap has no branch per score.
+  auto token_loop = [&](auto capped_tag) {
+    constexpr bool kCapped = decltype(capped_tag)::value;
+    for (int base = begin; base < end; base += kGroups * kUnroll) {
+      // Issue every load of kUnroll tokens before using any of them.
+      LaneRaw<KV> kraw[kUnroll], vraw[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int t = base + u * kGroups + grp;
-      kraw[u] = zero_raw<KV>();
-      vraw[u] = zero_raw<KV>();
-      if (t < end && lane_on) {
-        const int64_t slot =
-            pages == nullptr
-                ? int64_t{first} + t
-                : (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
-        kraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(kc + slot * row + col));
-        vraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(vc + slot * row + col));
+      for (int u = 0; u < kUnroll; ++u) {
+        const int t = base + u * kGroups + grp;
+        kraw[u] = zero_raw<KV>();
+        vraw[u] = zero_raw<KV>();
+        if (t < end && lane_on) {
+          const int64_t slot =
+              pages == nullptr
+                  ? int64_t{first} + t
+                  : (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
+          kraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(kc + slot * row + col));
+          vraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(vc + slot * row + col));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (base + u * kGroups >= end) break;  // uniform across the block
+        const bool valid = base + u * kGroups + grp < end;
+        float k[kVec], v[kVec];
+        unpack_kv<KV>(kraw[u], k);
+        unpack_kv<KV>(vraw[u], v);
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) {
+          float s = 0.f;
+#pragma unroll
+          for (int i = 0; i < kVec; ++i)
+            s += q[g][i] * k[i];
+#pragma unroll
+          for (int off = kLanes / 2; off > 0; off /= 2)
+            s += __shfl_xor_sync(0xffffffffu, s, off);
+          if constexpr (kCapped) s = cap_l2 * tanhf(s);
+          if (!valid) continue;
+          const float m_new = fmaxf(m[g], s);
+          const float c = exp2f(m[g] - m_new);
+          const float e = exp2f(s - m_new);
+          l[g] = l[g] * c + e;
+#pragma unroll
+          for (int i = 0; i < kVec; ++i)
+            o[g][i] = o[g][i] * c + e * v[i];
+          m[g] = m_new;
+        }
       }
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (base + u * kGroups >= end) break;  // uniform across the block
-      const bool valid = base + u * kGroups + grp < end;
-      float k[kVec], v[kVec];
-      unpack_kv<KV>(kraw[u], k);
-      unpack_kv<KV>(vraw[u], v);
-#pragma unroll
-      for (int g = 0; g < GROUP; ++g) {
-        float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < kVec; ++i)
-          s += q[g][i] * k[i];
-#pragma unroll
-        for (int off = kLanes / 2; off > 0; off /= 2)
-          s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (capped) s = cap_l2 * tanhf(s);  // uniform: every thread takes the same branch
-        if (!valid) continue;
-        const float m_new = fmaxf(m[g], s);
-        const float c = exp2f(m[g] - m_new);
-        const float e = exp2f(s - m_new);
-        l[g] = l[g] * c + e;
-#pragma unroll
-        for (int i = 0; i < kVec; ++i)
-          o[g][i] = o[g][i] * c + e * v[i];
-        m[g] = m_new;
-      }
-    }
+  };
+  if (capped) {
+    token_loop(std::true_type{});
+  } else {
+    token_loop(std::false_type{});
   }
 
   // Merge the token groups of the block.

@@ -194,7 +194,6 @@ __global__ void __launch_bounds__(WARPS * 32)
   const float scale = capped ? kLog2e : raw_scale * kLog2e;
   const float v_scale = T::kFp8 ? p.v_scale : 1.f;
   int limit[M_TILES][2];
-  int lower[M_TILES][2];  // the first key each row sees (the window's bound)
   float m_run[M_TILES][2], l_run[M_TILES][2];
   float o[M_TILES][kDT][4];
 #pragma unroll
@@ -203,7 +202,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     for (int h = 0; h < 2; ++h) {
       const int m = m0 + warp * T::kRowsPerWarp + mt * 16 + g + 8 * h;
       limit[mt][h] = p.causal ? min(kv_len - 1, kv_len - q_len + m / group) : kv_len - 1;
-      lower[mt][h] = windowed ? kv_len - q_len + m / group - p.window_left : 0;
       m_run[mt][h] = -INFINITY;
       l_run[mt][h] = 0.f;
     }
@@ -309,14 +307,23 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int n0 = j * kBlockN;
     if (n0 + kBlockN > kv_full || (windowed && n0 < win_last)) {
 #pragma unroll
-      for (int mt = 0; mt < M_TILES; ++mt)
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        // The first key each of the thread's two rows sees (the window's bound; 0 without one),
+        // recomputed here rather than held in registers through the loop.
+        int lower[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = m0 + warp * T::kRowsPerWarp + mt * 16 + g + 8 * h;
+          lower[h] = windowed ? kv_len - q_len + m / group - p.window_left : 0;
+        }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int key = n0 + nt * 8 + 2 * quad + (i & 1);
-            if (key > limit[mt][i >> 1] || key < lower[mt][i >> 1]) s[mt][nt][i] = -INFINITY;
+            if (key > limit[mt][i >> 1] || key < lower[i >> 1]) s[mt][nt][i] = -INFINITY;
           }
+      }
     }
 
     // Online softmax (log2 domain), then P as bf16 A fragments.
