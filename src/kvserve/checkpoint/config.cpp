@@ -5,6 +5,7 @@
 #include <array>
 #include <vector>
 
+#include "kvserve/checkpoint/architectures.h"
 #include "kvserve/core/json_fields.h"
 
 namespace kvserve::checkpoint {
@@ -18,13 +19,17 @@ struct ArchitectureInfo {
   std::string_view model_type;  // "model_type"
   Architecture architecture;
   int64_t default_max_position_embeddings;  // the config class's default
+  std::string_view summary;  // what kvserve runs of it (README's supported-models table)
 };
 
-constexpr std::array<ArchitectureInfo, 3> kArchitectures = {{
-    {"LlamaForCausalLM", "llama", Architecture::kLlama, 2048},
-    {"Qwen2ForCausalLM", "qwen2", Architecture::kQwen2, 32768},
-    {"MistralForCausalLM", "mistral", Architecture::kMistral, 4096 * 32},
-}};
+constexpr auto kArchitectures = std::to_array<ArchitectureInfo>({
+    {"LlamaForCausalLM", "llama", Architecture::kLlama, 2048,
+     "Llama 2/3/3.1/3.2 and Llama-shaped models: RMSNorm, SwiGLU, GQA, rope (default, llama3)"},
+    {"Qwen2ForCausalLM", "qwen2", Architecture::kQwen2, 32768,
+     "Qwen2 / Qwen2.5: Llama's decoder with q/k/v biases"},
+    {"MistralForCausalLM", "mistral", Architecture::kMistral, 4096 * 32,
+     "Mistral: Llama's decoder (no biases)"},
+});
 
 // The audit (config.h): every config.json field transformers' LlamaConfig, Qwen2Config and
 // MistralConfig define, and the math-changing fields of neighbouring architectures a config may
@@ -488,6 +493,13 @@ Status check_served_context(const ModelConfig& c, int64_t context_length, std::s
       "serve it with --context-length {} or less",
       source, w, context_length, c.architecture_name, w, c.sliding_window_layers,
       c.num_hidden_layers, w, w);
+}
+
+std::vector<SupportedArchitecture> supported_architecture_table() {
+  std::vector<SupportedArchitecture> out;
+  for (const ArchitectureInfo& a : kArchitectures)
+    out.push_back({a.name, a.model_type, a.summary});
+  return out;
 }
 
 std::span<const ConfigFieldAudit> config_field_audit() {

@@ -22,6 +22,7 @@ Command add_bench_one_batch_command(CLI::App& app);  // bench_one_batch.cpp
 Command add_bench_attention_command(CLI::App& app);  // bench_attention.cpp
 Command add_serve_command(CLI::App& app);            // serve.cpp
 Command add_transcribe_command(CLI::App& app);       // transcribe.cpp
+Command add_supported_models_command(CLI::App& app);  // supported_models.cpp
 
 // What `kvserve` with no subcommand does: version, platforms and the memory self-check.
 void print_version_and_platforms();

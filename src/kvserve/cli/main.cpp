@@ -2,6 +2,7 @@
 //   kvserve                 version, platforms and a memory-system self-check
 //   kvserve version
 //   kvserve self-check      the randomised memory-system check
+//   kvserve supported-models  what kvserve serves (Markdown, from the loaders' tables)
 #include <fmt/format.h>
 
 #include <vector>
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
       add_make_model_command(app),      add_generate_command(app),
       add_serve_command(app),           add_bench_serving_command(app),
       add_bench_one_batch_command(app), add_bench_attention_command(app),
-      add_transcribe_command(app),
+      add_transcribe_command(app),      add_supported_models_command(app),
   };
 
   try {
