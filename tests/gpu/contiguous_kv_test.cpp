@@ -3,10 +3,10 @@
 // bit, because only the address differs (paged_decode_params.h). Cases: the CUDA-core decode
 // kernel, the tensor-core decode kernel with and without splits, and the prefill kernel (causal
 // extend over a cached prefix, and cross-attention), on bf16 and fp8 pools at page sizes 1, 16 and
-// 128, GQA groups 1 and 4, head dims 64 and 128, with an empty request. The contiguous K/V come
-// from ops::gather_kv on the device (an fp8 pool's bytes copied as stored), as the backend makes
-// them. And the prefill kernel's strided rows (Whisper's encoder reads packed q|k|v rows). Skips
-// itself without a CUDA device. Seeds are printed.
+// 128, GQA groups 1 and 4, head dims 64 and 128 (80, 96 and 256 on a sample), with an empty
+// request. The contiguous K/V come from ops::gather_kv on the device (an fp8 pool's bytes copied as
+// stored), as the backend makes them. And the prefill kernel's strided rows (Whisper's encoder
+// reads packed q|k|v rows). Skips itself without a CUDA device. Seeds are printed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -49,6 +49,11 @@ std::vector<Case> cases() {
           out.push_back({dt, ps, group, d});
       }
     }
+  }
+  // Head dims 80, 96 and 256: bf16 and e4m3, on a sample of page sizes and groups.
+  for (const int32_t d : {80, 96, 256}) {
+    out.push_back({DType::kBF16, 16, 4, d});
+    out.push_back({DType::kFP8E4M3, 1, 1, d});
   }
   return out;
 }
@@ -295,7 +300,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, ContiguousKv, testing::ValuesIn(cases()), case_na
 
 // Strided rows (q_stride / kv_stride): the prefill kernel reading q, k and v in place from packed
 // q|k|v rows, as Whisper's encoder does, equals the same kernel on dense copies bit for bit; two
-// sequences, not causal and causal, GQA groups 1 and 4, head dims 64 and 128.
+// sequences, not causal and causal, GQA groups 1 and 4, head dims 64, 80, 128 and 256.
 TEST(ContiguousKvStrided, PrefillReadsPackedRowsInPlace) {
   auto made = platform::create_platform(Device{DeviceKind::kCuda, 0});
   if (!made.is_ok()) GTEST_SKIP() << made.status().to_string();
@@ -305,7 +310,7 @@ TEST(ContiguousKvStrided, PrefillReadsPackedRowsInPlace) {
   std::mt19937_64 rng(seed);
   const std::vector<int32_t> cu = {0, 700, 1500};  // two sequences, queries = keys
   const int32_t n = cu.back();
-  for (const int32_t d : {64, 128}) {
+  for (const int32_t d : {64, 80, 128, 256}) {
     for (const int32_t group : {1, 4}) {
       const int32_t kvh = 2, hq = kvh * group;
       const int64_t qw = int64_t{hq} * d, kw = int64_t{kvh} * d, row = qw + 2 * kw;

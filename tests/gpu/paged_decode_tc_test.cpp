@@ -3,8 +3,9 @@
 // random order):
 //   * batches of 1, 7 and 33 queries with lengths 0 (empty KV), 1, 17, 63..65, 129, 1000, 4097 and
 //     random ones; page sizes 1, 16, 64, 128; GQA groups 1, 4, 8 (2 KV heads); head_dim 64 and
-//     128; splits planned (every pipeline depth), forced 1, 3 and 16 (every request cut alike,
-//     unaligned chunks), 16 and 40 per-request (more splits than tiles: empty splits);
+//     128 (80, 96, 256 on page sizes 1 / 16 / 128, groups 1 / 8); splits planned (every pipeline
+//     depth), forced 1, 3 and 16 (every request cut alike, unaligned chunks), 16 and 40 per-request
+//     (more splits than tiles: empty splits);
 //   * real head shapes (32/8, 8/8, 16/2, 28/4, 24/8 at head_dim 128; 14/2, 32/8 at 64);
 //   * a decode graph's plan (for the longest possible request) against the eager plan: the same
 //     bits; the kernel captured in a CUDA graph (with its merge kernel) and replayed on new
@@ -311,6 +312,13 @@ std::vector<Case> cases() {
         out.push_back({ps, group, d});
     }
   }
+  // Head dims 80 and 96 (128-element shared-memory rows) and 256 (3 stages at most): a sample.
+  for (const int32_t d : {80, 96, 256}) {
+    for (const int32_t ps : {1, 16, 128}) {
+      for (const int32_t group : {1, 8})
+        out.push_back({ps, group, d});
+    }
+  }
   return out;
 }
 
@@ -529,8 +537,11 @@ TEST(PagedDecodeTc, Fp8EveryQueryEmptyGivesZeros) {
 TEST(PagedDecodeTc, OccupancyCoversPlanTable) {
   auto cuda = cuda_or_null();
   if (!cuda) GTEST_SKIP() << "no CUDA device";
-  for (const int32_t d : {64, 128}) {
-    for (const int32_t stages : {2, 3, 4}) {
+  for (const int32_t d : {64, 80, 96, 128, 256}) {
+    for (const int32_t requested : {2, 3, 4}) {
+      // What runs: head dim 256 takes 3 bf16 stages at most (4 exceed a block's shared memory).
+      const int32_t stages = ops::resolve_decode_tc_stages(requested, d);
+      EXPECT_LE(ops::decode_tc_smem_bytes(d, stages), ops::kMaxSmemPerBlock) << d;
       const int32_t got = ops::decode_tc_occupancy(*cuda, d, stages);
       std::cout << "[ occupancy] head_dim " << d << " stages " << stages << ": " << got
                 << " blocks/SM (plan table " << ops::decode_tc_ctas_per_sm(d, stages) << ")"
@@ -541,6 +552,8 @@ TEST(PagedDecodeTc, OccupancyCoversPlanTable) {
           << "head_dim " << d << " stages " << stages;
     }
   }
+  EXPECT_EQ(ops::resolve_decode_tc_stages(4, 256), 3);
+  EXPECT_EQ(ops::resolve_decode_tc_stages(4, 128), 4);
 }
 
 }  // namespace

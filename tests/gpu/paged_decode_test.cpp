@@ -1,5 +1,6 @@
 // cuda-paged decode attention against the float64 reference (ops::reference::paged_decode) on a
-// fragmented pool: every page size, GQA group 1-8, head_dim 64 and 128, ragged and empty
+// fragmented pool: every page size, GQA group 1-8, head_dim 64 and 128 (80, 96 and 256 on a
+// sample of page sizes and groups), ragged and empty
 // sequences, with and without split-KV; and an fp8 KV cache (e4m3 and e5m2, scales that are not
 // 1) against the reference on the dequantised fp8 values, with the bf16 cases' bound. Skips itself
 // without a CUDA device.
@@ -43,6 +44,15 @@ std::vector<Case> cases() {
   for (const int32_t ps : {1, 16, 32, 64, 128}) {
     for (const int32_t group : {1, 3, 4, 7, 8}) {
       for (const int32_t d : {64, 128}) {
+        for (const int32_t splits : {1, 0, 5})
+          out.push_back({ps, group, d, splits});
+      }
+    }
+  }
+  // Head dims 80 and 96 (lanes padded to 16) and 256 (32 lanes per row): a sample.
+  for (const int32_t d : {80, 96, 256}) {
+    for (const int32_t ps : {1, 16, 128}) {
+      for (const int32_t group : {1, 3, 8}) {
         for (const int32_t splits : {1, 0, 5})
           out.push_back({ps, group, d, splits});
       }

@@ -1,7 +1,8 @@
 // cuda-paged prefill attention (the tensor-core kernel) against the float64 reference
 // (ops::reference::paged_prefill) on a fragmented pool: ragged batches of 1, 3 and 7 requests
 // (new tokens 1 / 17 / 300 after cached prefixes 0 / 17 / 1000), page sizes 1..128, GQA groups
-// 1 / 4 / 8, head_dim 64 and 128, causal and not (with empty KV), every tile variant; and the
+// 1 / 4 / 8, head_dim 64 and 128 (80, 96 and 256 on a sample), causal and not (with empty KV),
+// every tile variant; and the
 // cuda-paged backend's extend output against the per-token decode path it replaced. The same for
 // an fp8 KV cache (e4m3 / e5m2, scales that are not 1): the kernel against the reference on the
 // dequantised fp8 values (the bf16 bound), and the backend's two paths over an fp8 pool whose
@@ -88,6 +89,15 @@ std::vector<Case> cases() {
   // Odd groups once each.
   out.push_back({16, 3, 128, true, "auto"});
   out.push_back({32, 7, 64, true, "auto"});
+  // Head dims 80 and 96 (128-element shared-memory rows) and 256 (Q re-read from shared memory;
+  // m128w4 runs as m128w8): every variant on a sample of page sizes and groups.
+  for (const int32_t d : {80, 96, 256}) {
+    for (const char* v : {"m64w4", "m128w8", "m128w4"}) {
+      out.push_back({16, 4, d, true, v});
+      out.push_back({1, 1, d, false, v});
+    }
+    out.push_back({128, 8, d, true, "auto"});
+  }
   return out;
 }
 

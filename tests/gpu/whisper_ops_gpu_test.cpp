@@ -3,7 +3,8 @@
 // the fused residual, strided input), GELU, Conv1d (channel-major and token-major input, stride 1
 // and 2), the position-embedding add (with and without positions) and the encoder's attention
 // (varlen, one sequence over packed q|k|v rows) against the CPU ops on the same rounded inputs;
-// varlen attention (causal and not, GQA, empty sequences) against a float64 host reference; the
+// varlen attention (causal and not, GQA, empty sequences, head dims 16 to 256, sliding windows and
+// soft-capping) against a float64 host reference; the
 // gather exactly, and from an fp8 cache (e4m3, e5m2) widened into bf16 rows times the layer's
 // scales, exactly as the host computes it (cuda-ragged's fp8 path at head dims 16 and 32). Skips
 // itself without a CUDA device.
@@ -260,7 +261,7 @@ TEST_P(WhisperOpsGpuTest, VarlenAttentionCausalAndNotWithGqaAndEmptySequences) {
     cu_kv.push_back(cu_kv.back() + kl);
     max_q = std::max(max_q, ql);
   }
-  for (const int dim : {16, 64, 128}) {
+  for (const int dim : {16, 32, 64, 80, 96, 128, 256}) {
     for (const auto& [heads, kv_heads] : {std::pair{4, 2}, std::pair{3, 3}}) {
       for (const bool causal : {false, true}) {
         SCOPED_TRACE("dim " + std::to_string(dim) + " heads " + std::to_string(heads) + "/" +
@@ -299,6 +300,71 @@ TEST_P(WhisperOpsGpuTest, VarlenAttentionCausalAndNotWithGqaAndEmptySequences) {
         for (int64_t t = cu_q[5]; t < cu_q[6]; ++t) {
           for (int64_t e = 0; e < int64_t{heads} * dim; ++e)
             ASSERT_EQ(got[t * heads * dim + e], 0.0f) << "token " << t;
+        }
+      }
+    }
+  }
+}
+
+// Sliding windows and soft-capping (the ragged backend's contiguous path): windows 0, 1, 17 and
+// one wider than every sequence, with and without a cap of 30, at every head dim above 32 (each
+// window x cap pair meets every head dim; causal, and non-causal on every other case), against the
+// float64 reference. Scores are scaled up (12 / sqrt(dim)) so that the cap changes them well
+// beyond the bound; the test checks that it does.
+TEST_P(WhisperOpsGpuTest, VarlenAttentionWindowAndSoftcap) {
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1},    {1, 57},  {4, 40},
+                                                         {70, 300}, {33, 33}, {0, 12}};
+  std::vector<int32_t> cu_q = {0}, cu_kv = {0};
+  int32_t max_q = 0;
+  for (const auto& [ql, kl] : seqs) {
+    cu_q.push_back(cu_q.back() + ql);
+    cu_kv.push_back(cu_kv.back() + kl);
+    max_q = std::max(max_q, ql);
+  }
+  const int heads = 4, kv_heads = 2;
+  int i = 0;
+  for (const int32_t window : {0, 1, 17, 100000}) {
+    for (const float cap : {0.0f, 30.0f}) {
+      for (const int dim : {64, 80, 96, 128, 256}) {
+        const bool causal = i++ % 2 == 0 || window == 100000;
+        SCOPED_TRACE("window " + std::to_string(window) + " cap " + std::to_string(cap) + " dim " +
+                     std::to_string(dim) + (causal ? " causal" : ""));
+        std::vector<float> q, k, v;
+        Tensor dq = random(q, int64_t{cu_q.back()} * heads * dim);
+        Tensor dk = random(k, int64_t{cu_kv.back()} * kv_heads * dim);
+        Tensor dv = random(v, int64_t{cu_kv.back()} * kv_heads * dim);
+        Tensor dout = empty(q.size());
+        Tensor dcu_q = upload_ints(cu_q);
+        Tensor dcu_kv = upload_ints(cu_kv);
+        const float scaling = 12.0f / std::sqrt(static_cast<float>(dim));
+        ops::varlen_attention(*cuda_, {.q = dq.data(),
+                                       .k = dk.data(),
+                                       .v = dv.data(),
+                                       .out = dout.data(),
+                                       .cu_q = dcu_q.data_as<int32_t>(),
+                                       .cu_kv = dcu_kv.data_as<int32_t>(),
+                                       .dtype = dt(),
+                                       .num_seqs = static_cast<int32_t>(seqs.size()),
+                                       .max_q_len = max_q,
+                                       .q_stride = int64_t{heads} * dim,
+                                       .k_stride = int64_t{kv_heads} * dim,
+                                       .v_stride = int64_t{kv_heads} * dim,
+                                       .out_stride = int64_t{heads} * dim,
+                                       .num_heads = heads,
+                                       .num_kv_heads = kv_heads,
+                                       .head_dim = dim,
+                                       .scaling = scaling,
+                                       .window_left = window,
+                                       .logit_softcap = cap,
+                                       .causal = causal});
+        const std::vector<float> want = varlen_attention_reference(
+            q, k, v, cu_q, cu_kv, heads, kv_heads, dim, scaling, causal, window, cap);
+        const std::vector<float> got = download(dout.data(), q.size());
+        EXPECT_LT(rel_l2(want, got), tol());
+        if (cap > 0) {
+          const std::vector<float> uncapped = varlen_attention_reference(
+              q, k, v, cu_q, cu_kv, heads, kv_heads, dim, scaling, causal, window, 0.0f);
+          EXPECT_GT(rel_l2(want, uncapped), 10 * tol()) << "the cap changes too little";
         }
       }
     }

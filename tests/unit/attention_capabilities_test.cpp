@@ -46,14 +46,32 @@ struct Case {
 std::vector<Case> cases() {
   return {
       // cuda-paged: the paged kernels' head dims, GQA groups, page sizes, dtypes, row layout.
-      {"paged_head_dim_96", Kind::kCudaPaged, [](auto& n) { n.head_dim = 96; },
+      {"paged_head_dim_112", Kind::kCudaPaged, [](auto& n) { n.head_dim = 112; },
        StatusCode::kUnimplemented,
-       "config.json: head_dim 96: attention backend cuda-paged supports 64, 128"},
+       "config.json: head_dim 112: attention backend cuda-paged supports 64, 80, 96, 128, 256"},
       {"paged_head_dim_16", Kind::kCudaPaged, [](auto& n) { n.head_dim = 16; },
        StatusCode::kUnimplemented,
-       "config.json: head_dim 16: attention backend cuda-paged supports 64, 128"},
+       "config.json: head_dim 16: attention backend cuda-paged supports 64, 80, 96, 128, 256"},
       {"paged_head_dim_64", Kind::kCudaPaged, [](auto& n) { n.head_dim = 64; }, StatusCode::kOk,
        ""},
+      {"paged_head_dim_80", Kind::kCudaPaged, [](auto& n) { n.head_dim = 80; }, StatusCode::kOk,
+       ""},
+      {"paged_head_dim_96", Kind::kCudaPaged, [](auto& n) { n.head_dim = 96; }, StatusCode::kOk,
+       ""},
+      {"paged_head_dim_256", Kind::kCudaPaged, [](auto& n) { n.head_dim = 256; }, StatusCode::kOk,
+       ""},
+      {"paged_sliding_window_softcap", Kind::kCudaPaged,
+       [](auto& n) {
+         n.sliding_window_field = "sliding_window";
+         n.logit_softcap_field = "attn_logit_softcapping";
+       },
+       StatusCode::kOk, ""},
+      {"ragged_sliding_window_softcap", Kind::kCudaRagged,
+       [](auto& n) {
+         n.sliding_window_field = "sliding_window";
+         n.logit_softcap_field = "attn_logit_softcapping";
+       },
+       StatusCode::kOk, ""},
       {"paged_group_16", Kind::kCudaPaged, [](auto& n) { n.num_kv_heads = 2; },
        StatusCode::kUnimplemented,
        "config.json: num_attention_heads / num_key_value_heads = 32 / 2 (a GQA group of 16): "
@@ -106,9 +124,12 @@ std::vector<Case> cases() {
       // cuda-ragged: gathered rows, so any page size and the varlen kernel's head dims.
       {"ragged_head_dim_16", Kind::kCudaRagged, [](auto& n) { n.head_dim = 16; }, StatusCode::kOk,
        ""},
-      {"ragged_head_dim_96", Kind::kCudaRagged, [](auto& n) { n.head_dim = 96; },
+      {"ragged_head_dim_96", Kind::kCudaRagged, [](auto& n) { n.head_dim = 96; }, StatusCode::kOk,
+       ""},
+      {"ragged_head_dim_48", Kind::kCudaRagged, [](auto& n) { n.head_dim = 48; },
        StatusCode::kUnimplemented,
-       "config.json: head_dim 96: attention backend cuda-ragged supports 16, 32, 64, 128"},
+       "config.json: head_dim 48: attention backend cuda-ragged supports 16, 32, 64, 80, 96, 128, "
+       "256"},
       {"ragged_page_8", Kind::kCudaRagged, [](auto& n) { n.page_size = 8; }, StatusCode::kOk, ""},
       {"ragged_ragged_rows", Kind::kCudaRagged,
        [](auto& n) {
@@ -182,12 +203,16 @@ TEST(AttentionCapabilities, EveryUnsupportedCombinationNamesItsFieldAndTheSuppor
 TEST(AttentionCapabilities, TableRows) {
   const AttentionCapabilities& paged = capabilities(Kind::kCudaPaged);
   EXPECT_EQ(std::vector<int32_t>(paged.head_dims.begin(), paged.head_dims.end()),
-            (std::vector<int32_t>{64, 128}));
+            (std::vector<int32_t>{64, 80, 96, 128, 256}));
   EXPECT_EQ(std::vector<int32_t>(paged.page_sizes.begin(), paged.page_sizes.end()),
             (std::vector<int32_t>{1, 16, 32, 64, 128}));
   EXPECT_EQ(paged.max_gqa_group, 8);
   EXPECT_TRUE(paged.decode_graphs);
   EXPECT_FALSE(capabilities(Kind::kCudaRagged).decode_graphs);
+  for (const Kind cuda : {Kind::kCudaPaged, Kind::kCudaRagged}) {
+    EXPECT_TRUE(capabilities(cuda).sliding_window) << attention_backend_name(cuda);
+    EXPECT_TRUE(capabilities(cuda).logit_softcap) << attention_backend_name(cuda);
+  }
   for (const AttentionCapabilities& c : attention_backend_table()) {
     EXPECT_TRUE(c.cross_attention) << c.name;
     EXPECT_FALSE(c.kv_dtypes.empty()) << c.name;
@@ -248,17 +273,18 @@ TEST_F(LoadTimeRefusal, UnsupportedModelsAreRefusedBeforeLoading) {
   const std::vector<Refusal> refusals = {
       // hidden 64 / 4 heads: tiny's own head_dim 16 is not a paged kernel's.
       {"tiny_as_is", nlohmann::json::object(), 16, std::nullopt,
-       "config.json: head_dim 16: attention backend cuda-paged supports 64, 128"},
-      {"head_dim_96",
-       {{"head_dim", 96}},
+       "config.json: head_dim 16: attention backend cuda-paged supports 64, 80, 96, 128, 256"},
+      {"head_dim_112",
+       {{"head_dim", 112}},
        16,
        std::nullopt,
-       "config.json: head_dim 96: attention backend cuda-paged supports 64, 128"},
-      {"head_dim_96_ragged",
-       {{"head_dim", 96}},
+       "config.json: head_dim 112: attention backend cuda-paged supports 64, 80, 96, 128, 256"},
+      {"head_dim_48_ragged",
+       {{"head_dim", 48}},
        16,
        Kind::kCudaRagged,
-       "config.json: head_dim 96: attention backend cuda-ragged supports 16, 32, 64, 128"},
+       "config.json: head_dim 48: attention backend cuda-ragged supports 16, 32, 64, 80, 96, 128, "
+       "256"},
       {"group_16",
        {{"head_dim", 64}, {"num_attention_heads", 16}, {"num_key_value_heads", 1}},
        16,

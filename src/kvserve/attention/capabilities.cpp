@@ -18,7 +18,7 @@ constexpr DType kCudaKvDtypes[] = {DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M
 constexpr int32_t kCudaPagedPageSizes[] = {1, 16, 32, 64, 128};
 // cuda-ragged gathers rows first: its kernels read them contiguously (the paged kernels' head
 // dims, or the CUDA-core varlen kernel's for the rest).
-constexpr int32_t kCudaRaggedHeadDims[] = {16, 32, 64, 128};
+constexpr int32_t kCudaRaggedHeadDims[] = {16, 32, 64, 80, 96, 128, 256};
 // rope_scaling types the model's rotary embedding applies (model/rope.h), on every device.
 constexpr std::string_view kRopeTypes[] = {"default", "linear",   "dynamic",
                                            "yarn",    "longrope", "llama3"};
@@ -63,6 +63,8 @@ constexpr AttentionCapabilities kTable[] = {
      .cross_attention = true,
      .ragged_encoder_rows = false,
      .decode_graphs = true,
+     .sliding_window = true,
+     .logit_softcap = true,
      .description = "in place through page ids, decode graphs (CUDA's default)"},
     {.kind = AttentionBackendKind::kCudaRagged,
      .name = "cuda-ragged",
@@ -75,6 +77,8 @@ constexpr AttentionCapabilities kTable[] = {
      .cross_attention = true,
      .ragged_encoder_rows = true,
      .decode_graphs = false,
+     .sliding_window = true,
+     .logit_softcap = true,
      .description = "gathers each request's K/V, then the same kernels; any row layout"},
 };
 

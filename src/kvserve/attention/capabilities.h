@@ -24,7 +24,7 @@ namespace kvserve::attention {
 enum class AttentionBackendKind { kCpu, kNative, kCudaPaged, kCudaRagged };
 
 // Head dims of the paged CUDA kernels (decode, tensor-core decode, prefill).
-inline constexpr int32_t kPagedKernelHeadDims[] = {64, 128};
+inline constexpr int32_t kPagedKernelHeadDims[] = {64, 80, 96, 128, 256};
 // GQA groups (query heads per KV head) the paged CUDA kernels take: 1..8.
 inline constexpr int32_t kPagedKernelMaxGroup = 8;
 
@@ -41,8 +41,8 @@ struct AttentionCapabilities {
   // Rows whose decoder region starts inside a page (Whisper's ragged encoder KV layout).
   bool ragged_encoder_rows = false;
   bool decode_graphs = false;
-  bool sliding_window = false;  // AttentionLayer::window_left >= 0 (per layer)
-  bool logit_softcap = false;   // AttentionLayer::logit_softcap > 0
+  bool sliding_window = false;   // AttentionLayer::window_left >= 0 (per layer)
+  bool logit_softcap = false;    // AttentionLayer::logit_softcap > 0
   std::string_view description;  // one line, for --help and errors
 };
 
@@ -74,8 +74,8 @@ struct AttentionRequirements {
   // ("sliding_window", "attn_logit_softcapping"); empty: the model needs none.
   std::string sliding_window_field;
   std::string logit_softcap_field;
-  int32_t page_size = 1;             // --page-size
-  DType kv_dtype = DType::kF32;      // --kv-cache-dtype, resolved (auto: the compute dtype)
+  int32_t page_size = 1;         // --page-size
+  DType kv_dtype = DType::kF32;  // --kv-cache-dtype, resolved (auto: the compute dtype)
   DeviceKind device = DeviceKind::kCpu;
 };
 

@@ -37,6 +37,8 @@
 // bit for bit; what it adds is the gather's copy, every layer of every forward, and no decode
 // graphs (the gathered size depends on the batch). Head dims the paged kernels lack (16, 32: test
 // presets) attend with the CUDA-core varlen kernel over the same gathered rows instead.
+// Every kernel takes the layer's sliding window and soft-cap (AttentionLayer::window_left,
+// logit_softcap); the decode split plan is made over the window's length.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -345,6 +347,8 @@ class CudaPagedBackend final : public AttentionBackend {
           .page_size = page_size,
           .causal = !layer.is_cross_attention,
           .sm_scale = layer.scaling,
+          .window_left = layer.window_left,
+          .logit_softcap = layer.logit_softcap,
       };
       ops::paged_prefill(platform_, p);
       return Status::ok();
@@ -381,6 +385,8 @@ class CudaPagedBackend final : public AttentionBackend {
         .tokens_per_split = plan.tokens_per_split,
         .min_tokens_per_split = plan.min_tokens_per_split,
         .sm_scale = layer.scaling,
+        .window_left = layer.window_left,
+        .logit_softcap = layer.logit_softcap,
     };
     if (use_tc(layer.num_heads, layer.num_kv_heads, layer.head_dim, p.page_size)) {
       ops::paged_decode_tc(platform_, p);
@@ -448,6 +454,8 @@ class CudaPagedBackend final : public AttentionBackend {
                                       .num_kv_heads = layer.num_kv_heads,
                                       .head_dim = layer.head_dim,
                                       .scaling = layer.scaling,
+                                      .window_left = layer.window_left,
+                                      .logit_softcap = layer.logit_softcap,
                                       .causal = !layer.is_cross_attention});
     return Status::ok();
   }
@@ -477,33 +485,38 @@ class CudaPagedBackend final : public AttentionBackend {
            page_size <= 128;
   }
 
-  // The split plan of the kernel that will run.
+  // The split plan of the kernel that will run; a sliding window plans over the positions a query
+  // reads (at most window_left + 1).
   ops::PagedDecodePlan plan(int32_t batch, int32_t num_heads, int32_t num_kv_heads,
-                            int32_t head_dim, int32_t page_size, int32_t max_len) const {
+                            int32_t head_dim, int32_t page_size, int32_t max_len,
+                            int32_t window_left = -1) const {
     return use_tc(num_heads, num_kv_heads, head_dim, page_size)
                ? ops::plan_paged_decode_tc(batch, num_heads, num_kv_heads, head_dim, max_len,
-                                           num_sms_, platform_.kernel_switches().decode_tc_stages)
-               : ops::plan_paged_decode(batch, num_heads, num_kv_heads, head_dim, max_len,
-                                        num_sms_);
+                                           num_sms_, platform_.kernel_switches().decode_tc_stages,
+                                           window_left)
+               : ops::plan_paged_decode(batch, num_heads, num_kv_heads, head_dim, max_len, num_sms_,
+                                        window_left);
   }
 
   // The split-KV plan, made at the first layer and reused by the others (cross-attention, whose
-  // lengths differ, plans for itself). A decode graph plans for the longest possible request:
-  // with per-request splits every request is cut as in the eager plan of the same batch.
+  // lengths differ, and layers of another sliding window plan for themselves: the key holds the
+  // window). A decode graph plans for the longest possible request: with per-request splits every
+  // request is cut as in the eager plan of the same batch, and a windowed plan never needs more
+  // split workspace than the unwindowed one init_decode_graph_state sized.
   const ops::PagedDecodePlan& decode_plan(const QuerySet& qs, const AttentionLayer& layer,
                                           int32_t page_size) {
-    const PlanKey key{layer.is_cross_attention, layer.num_heads, layer.num_kv_heads,
-                      layer.head_dim};
+    const PlanKey key{layer.is_cross_attention, layer.num_heads, layer.num_kv_heads, layer.head_dim,
+                      layer.window_left};
     if (!plan_.has_value() || plan_key_ != key) {
       const int32_t max_len = graph_ ? graph_max_kv_len_ : qs.max_len;
       plan_ = plan(qs.num_queries, layer.num_heads, layer.num_kv_heads, layer.head_dim, page_size,
-                   max_len);
+                   max_len, layer.window_left);
       plan_key_ = key;
     }
     return *plan_;
   }
 
-  using PlanKey = std::tuple<bool, int32_t, int32_t, int32_t>;
+  using PlanKey = std::tuple<bool, int32_t, int32_t, int32_t, int32_t>;  // ..., window_left
 
   platform::Platform& platform_;
   CudaPagedOptions options_;

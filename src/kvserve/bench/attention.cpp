@@ -229,15 +229,18 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
 
   const int32_t num_sms = platform::cuda::multiprocessor_count();
   if (tc && stages == 0) stages = platform.kernel_switches().decode_tc_stages;  // auto
-  ops::PagedDecodePlan plan = tc ? ops::plan_paged_decode_tc(batch, c.num_q_heads, c.num_kv_heads,
-                                                             c.head_dim, max_len, num_sms, stages)
-                                 : ops::plan_paged_decode(batch, c.num_q_heads, c.num_kv_heads,
-                                                          c.head_dim, max_len, num_sms);
+  ops::PagedDecodePlan plan =
+      tc ? ops::plan_paged_decode_tc(batch, c.num_q_heads, c.num_kv_heads, c.head_dim, max_len,
+                                     num_sms, stages, c.window_left)
+         : ops::plan_paged_decode(batch, c.num_q_heads, c.num_kv_heads, c.head_dim, max_len,
+                                  num_sms, c.window_left);
+  // The positions the longest query reads (a window's at most).
+  const int32_t max_read = ops::windowed_len(max_len, c.window_left);
   if (c.num_splits > 0) {
     plan.num_splits = c.num_splits;
     plan.tokens_per_split = c.tokens_per_split > 0
                                 ? c.tokens_per_split
-                                : std::max(1, (max_len + c.num_splits - 1) / c.num_splits);
+                                : std::max(1, (max_read + c.num_splits - 1) / c.num_splits);
     plan.min_tokens_per_split = 0;
     plan.workspace_floats = static_cast<size_t>(batch) * c.num_q_heads * c.num_splits *
                             (static_cast<size_t>(c.head_dim) + 1);
@@ -272,10 +275,12 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   p.num_splits = plan.num_splits;
   p.tokens_per_split = plan.tokens_per_split;
   p.min_tokens_per_split = plan.min_tokens_per_split;
-  p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.sm_scale = c.sm_scale > 0 ? c.sm_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.kv_dtype = c.kv_dtype;
   p.k_scale = is_float8(c.kv_dtype) ? c.k_scale : 1.0f;
   p.v_scale = is_float8(c.kv_dtype) ? c.v_scale : 1.0f;
+  p.window_left = c.window_left;
+  p.logit_softcap = c.logit_softcap;
 
   std::function<void(platform::StreamHandle)> flush;
   void* flush_buf = nullptr;
@@ -304,8 +309,10 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   r.num_splits = plan.num_splits;
   r.median_ms = median(ms);
   // The bytes a kernel must read: K and V rows of the cache dtype (fp8: half of bf16's).
-  r.kv_bytes = 2.0 * std::accumulate(seq_lens.begin(), seq_lens.end(), 0.0) * row *
-               static_cast<double>(dtype_size(c.kv_dtype));
+  double read = 0;
+  for (const int32_t n : seq_lens)
+    read += ops::windowed_len(n, c.window_left);
+  r.kv_bytes = 2.0 * read * row * static_cast<double>(dtype_size(c.kv_dtype));
   r.gbps = r.kv_bytes / (r.median_ms * 1e-3) / 1e9;
   if (c.measure_copy) {
     KV_ASSIGN_OR_RETURN(r.copy_gbps, copy_gbps(platform, dev));
@@ -374,7 +381,12 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
       const int32_t t = qo_indptr[b] + i;
       visible[t] = c.causal ? kv_lens[b] - q_lens[b] + i + 1 : kv_lens[b];
       starts[t] = pool.indptr[b];
-      sum_visible += visible[t];
+      // A window reads from position kv_len - q_len + i - window_left on.
+      const int32_t first =
+          c.window_left >= 0
+              ? std::clamp(kv_lens[b] - q_lens[b] + i - c.window_left, 0, std::max(visible[t], 0))
+              : 0;
+      sum_visible += visible[t] - first;
     }
   }
   const size_t out_elems = static_cast<size_t>(total_q) * c.num_q_heads * c.head_dim;
@@ -402,10 +414,12 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   p.head_dim = c.head_dim;
   p.page_size = c.page_size;
   p.causal = c.causal;
-  p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.sm_scale = c.sm_scale > 0 ? c.sm_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.kv_dtype = c.kv_dtype;
   p.k_scale = is_float8(c.kv_dtype) ? c.k_scale : 1.0f;
   p.v_scale = is_float8(c.kv_dtype) ? c.v_scale : 1.0f;
+  p.window_left = c.window_left;
+  p.logit_softcap = c.logit_softcap;
   if (variant == ops::PrefillVariant::kAuto) variant = platform.kernel_switches().prefill_variant;
   p.variant = ops::choose_prefill_variant(variant, total_q, batch, c.num_q_heads / c.num_kv_heads);
 
@@ -420,7 +434,7 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
     const int32_t max_visible = *std::max_element(visible.begin(), visible.end());
     const ops::PagedDecodePlan plan =
         ops::plan_paged_decode(total_q, c.num_q_heads, c.num_kv_heads, c.head_dim, max_visible,
-                               platform::cuda::multiprocessor_count());
+                               platform::cuda::multiprocessor_count(), c.window_left);
     if (plan.num_splits > 1) {
       KV_ASSIGN_OR_RETURN(void* ws, dev.alloc(plan.workspace_floats * sizeof(float)));
       d.partial_out = static_cast<float*>(ws);
@@ -445,6 +459,8 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
     d.num_splits = plan.num_splits;
     d.tokens_per_split = plan.tokens_per_split;
     d.sm_scale = p.sm_scale;
+    d.window_left = c.window_left;  // a causal query's position is visible - 1, as the decode's
+    d.logit_softcap = c.logit_softcap;
     r.num_splits = plan.num_splits;
     r.variant = "decode-per-token";
     platform.synchronize();  // its uploads too

@@ -48,6 +48,11 @@ struct AttentionBenchConfig {
   bool check = true;              // compute the reference and the max error
   bool measure_copy = true;       // time a 1 GiB device copy for the roofline
   std::vector<int32_t> seq_lens;  // per request (tests: ragged, empty); empty: seq_len each
+  // Sliding window and soft-capping (paged_decode_params.h), both modes; the roofline and FLOP
+  // counts cover the positions a query reads.
+  int32_t window_left = -1;
+  float logit_softcap = 0.0f;
+  float sm_scale = 0.0f;  // 0: 1 / sqrt(head_dim); tests raise it so that soft-capping bites
   // Prefill mode.
   int32_t prefix_len = 0;        // cached positions before the seq_len new tokens
   bool causal = true;            // false: every query sees all its request's positions

@@ -45,6 +45,8 @@ int run_one(platform::Platform& platform, const bench::AttentionBenchConfig& c) 
     j["prefix_len"] = c.prefix_len;
     j["causal"] = c.causal;
   }
+  if (c.window_left >= 0) j["window_left"] = c.window_left;
+  if (c.logit_softcap > 0) j["logit_softcap"] = c.logit_softcap;
   j["kernel"] = r->variant;
   j["num_splits"] = r->num_splits;
   if (!prefill && r->ctas_per_sm > 0) j["ctas_per_sm"] = r->ctas_per_sm;
@@ -101,6 +103,12 @@ Command add_bench_attention_command(CLI::App& app) {
   cmd->add_option("--prefix-len", a->config.prefix_len, "prefill mode: cached positions")
       ->capture_default_str();
   cmd->add_flag("!--no-causal", a->config.causal, "prefill mode: every query sees all positions");
+  cmd->add_option("--window-left", a->config.window_left,
+                  "sliding window: a query at p sees positions [p - window_left, p] (-1: none)")
+      ->capture_default_str();
+  cmd->add_option("--logit-softcap", a->config.logit_softcap,
+                  "attention soft-capping: score = cap * tanh(score / cap) (0: none)")
+      ->capture_default_str();
   cmd->add_option("--peak-tflops", a->config.peak_tflops, "prefill mode: the % of peak's base")
       ->capture_default_str();
   cmd->add_option("--batch", a->batches, "a comma-separated list runs each")

@@ -39,6 +39,13 @@
 // stage into a bf16 K and V tile (exact) and the products run as for bf16 from there. Only the
 // warp reads the rows it widened, so a __syncwarp orders it. k_scale is folded into the softmax
 // scale and v_scale into the output (value = stored * scale).
+// Head dims 64, 80, 96, 128 and 256: shared-memory rows are ops::tc_smem_row_elems(head_dim)
+// elements (80 and 96 in 128-element rows, so the swizzle stays in the row; the padding is never
+// loaded nor read), and the threads of a row's cp.async chunks are rounded up to a power of two
+// (the spare ones issue nothing). Head dim 256 runs at most 3 bf16 stages (192 KiB).
+// A sliding window (window_left >= 0) narrows a query's positions to [window_first, seq) before
+// the split (the plan splits the window's length); soft-capping (logit_softcap > 0) replaces the
+// scores by cap * tanh(score * sm_scale / cap) before the masking, a uniform branch.
 // =============================================================================================
 namespace kvserve::platform::cuda {
 namespace {
@@ -58,9 +65,15 @@ struct DecodeTile {
   static constexpr int kLoadChunks = HEAD_DIM * int{sizeof(KV)} / 16;  // cp.async chunks per row
   static constexpr int kLoadElems = 16 / int{sizeof(KV)};              // elements per chunk
   static constexpr int kKSteps = HEAD_DIM / 16;
-  static constexpr int kRowStep = ops::kDecodeTcThreads / kLoadChunks;  // rows per block pass
-  static constexpr int kRowsPerThread = kDecTile / kRowStep;            // cp.async rows per thread
-  static constexpr int kStageElems = kDecTile * HEAD_DIM;               // one K (or V) stage
+  static constexpr int kRow = ops::tc_smem_row_elems(HEAD_DIM);  // shared-memory row (elements)
+  // Threads per row's loads: kLoadChunks rounded up to a power of two (80, 96: some idle).
+  static constexpr int kLoadLanes = kLoadChunks <= 4    ? 4
+                                    : kLoadChunks <= 8  ? 8
+                                    : kLoadChunks <= 16 ? 16
+                                                        : 32;
+  static constexpr int kRowStep = ops::kDecodeTcThreads / kLoadLanes;  // rows per block pass
+  static constexpr int kRowsPerThread = kDecTile / kRowStep;           // cp.async rows per thread
+  static constexpr int kStageElems = kDecTile * kRow;                  // one K (or V) stage
   static constexpr int kSmemBytes =
       static_cast<int>(ops::decode_tc_smem_bytes(HEAD_DIM, STAGES, int{sizeof(KV)}));
   static constexpr int kMinBlocks = ops::decode_tc_ctas_per_sm(HEAD_DIM, STAGES);
@@ -69,14 +82,15 @@ struct DecodeTile {
                 "the warps' merge fits in the K/V stages");
   static_assert(kDecTile % kRowStep == 0, "whole rows per thread");
   static_assert(kChunks * 8 == HEAD_DIM && kLoadChunks * kLoadElems == HEAD_DIM, "whole chunks");
+  static_assert(kLoadChunks <= kLoadLanes && kLoadLanes <= 32, "a row's loads in one pass");
   // Element offset of (row, 16-byte chunk), chunk XOR row % 8 (as the prefill tiles).
   static __device__ __forceinline__ int at(int row, int chunk) {
-    return swizzled_offset<HEAD_DIM>(row, chunk);
+    return swizzled_offset<kRow>(row, chunk);
   }
   // Element offset in a stage of the cp.async chunk (row, chunk): bf16 stages are what ldmatrix
   // reads (swizzled); fp8 stages are plain rows, read 8 bytes per lane by the widening.
   static __device__ __forceinline__ int stage_at(int row, int chunk) {
-    return stage_offset<HEAD_DIM, kFp8, kLoadElems>(row, chunk);
+    return stage_offset<kRow, kFp8, kLoadElems>(row, chunk);
   }
 };
 
@@ -113,10 +127,12 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
   const int split = rest % p.num_splits;
   const int b = rest / p.num_splits;
   const int seq = p.seq_lens[b];
+  // The positions this query reads, [lo, seq) (a window's, or all), cut into the splits.
+  const int lo = ops::window_first(seq, p.window_left);
   const ops::DecodeSplitRange range = ops::decode_tc_split_range(
-      seq, split, p.num_splits, p.tokens_per_split, p.min_tokens_per_split);
-  const int begin = range.begin;
-  const int end = range.end;
+      seq - lo, split, p.num_splits, p.tokens_per_split, p.min_tokens_per_split);
+  const int begin = lo + range.begin;
+  const int end = lo + range.end;
   const int n_tiles = (end - begin + kDecTile - 1) / kDecTile;
 
   // Q^T as B fragments: lane (g, quad) holds head g's dimensions 16 kk + 2 quad + {0, 1} and
@@ -143,8 +159,9 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
   const auto* kg = static_cast<const KV*>(p.k_cache);
   const auto* vg = static_cast<const KV*>(p.v_cache);
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
-  const int ld_chunk = tid % T::kLoadChunks;
-  const int ld_row = tid / T::kLoadChunks;
+  const int ld_chunk = tid % T::kLoadLanes;
+  const int ld_row = tid / T::kLoadLanes;
+  const bool ld_on = ld_chunk < T::kLoadChunks;  // not a spare load lane
   const int64_t col = static_cast<int64_t>(kvh) * HEAD_DIM + ld_chunk * T::kLoadElems;
   const int page_mask = (1 << page_shift) - 1;
   auto fetch_pages = [&](int(&pg)[kR], int j) {
@@ -159,7 +176,7 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
     }
   };
   auto issue = [&](const int(&pg)[kR], int j) {
-    if (j < n_tiles) {
+    if (j < n_tiles && ld_on) {
       const int stage = j % STAGES;
       KV* dk = sK + stage * T::kStageElems;
       KV* dv = sV + stage * T::kStageElems;
@@ -190,7 +207,11 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
   }
 
   // fp8: q . (stored * k_scale) = k_scale (q . stored), folded into the softmax scale.
-  const float scale = T::kFp8 ? p.sm_scale * kLog2e * p.k_scale : p.sm_scale * kLog2e;
+  // Soft-capping: scores become cap * tanh(raw * sm_scale / cap), then only log2(e) scales them.
+  const float raw_scale = T::kFp8 ? p.sm_scale * p.k_scale : p.sm_scale;
+  const bool capped = p.logit_softcap > 0.f;
+  const float cap_pre = capped ? raw_scale / p.logit_softcap : 0.f;
+  const float scale = capped ? kLog2e : raw_scale * kLog2e;
   const float v_scale = T::kFp8 ? p.v_scale : 1.f;
   const int lm_j = lane / 8;
   const int lm_r = lane % 8;
@@ -222,8 +243,8 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
       for (int idx = lane; idx < 16 * T::kChunks; idx += 32) {
         const int r = w0 + idx / T::kChunks;
         const int c = idx % T::kChunks;
-        const uint2 kr = *reinterpret_cast<const uint2*>(k8 + r * HEAD_DIM + c * 8);
-        const uint2 vr = *reinterpret_cast<const uint2*>(v8 + r * HEAD_DIM + c * 8);
+        const uint2 kr = *reinterpret_cast<const uint2*>(k8 + r * T::kRow + c * 8);
+        const uint2 vr = *reinterpret_cast<const uint2*>(v8 + r * T::kRow + c * 8);
         *reinterpret_cast<uint4*>(sKw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(kr);
         *reinterpret_cast<uint4*>(sVw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(vr);
       }
@@ -242,6 +263,11 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
       uint32_t a[4];
       ldmatrix_x4(a, smem_u32(k_s + T::at(w0 + (lm_j & 1) * 8 + lm_r, 2 * kk + (lm_j >> 1))));
       mma_bf16(s, a, qb[kk][0], qb[kk][1]);
+    }
+    if (capped) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        s[i] = p.logit_softcap * tanhf(s[i] * cap_pre);
     }
     const int t0 = begin + j * kDecTile + w0 + g;
     if (begin + (j + 1) * kDecTile > end) {  // the last tile: positions past the end
@@ -342,7 +368,9 @@ template <int HEAD_DIM>
 __global__ void __launch_bounds__(kMergeWarps * 32)
     decode_tc_merge_kernel(const __grid_constant__ ops::PagedDecodeParams p) {
   pdl_enter();  // pdl.cuh: launched with launch_pdl
-  constexpr int kPer = HEAD_DIM / 32;
+  // Dimensions per lane: contiguous runs of kPer (64, 128, 256) or, for 80 and 96, lane + 32 i.
+  constexpr bool kVecPer = HEAD_DIM % 64 == 0;
+  constexpr int kPer = (HEAD_DIM + 31) / 32;
   const int64_t bh = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
   if (bh >= static_cast<int64_t>(p.batch) * p.num_q_heads) return;
   const int lane = threadIdx.x % 32;
@@ -361,9 +389,25 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
       if (ls == -INFINITY) continue;
       const float w = exp2f(ls - mm);
       w_sum += w;
-      const float* src = p.partial_out + (bh * p.num_splits + s) * HEAD_DIM + lane * kPer;
+      const float* row = p.partial_out + (bh * p.num_splits + s) * HEAD_DIM;
+      const float* src = row + lane * kPer;
       float x[kPer];
-      if constexpr (kPer == 4) {
+      if constexpr (!kVecPer) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i)
+          x[i] = lane + 32 * i < HEAD_DIM ? row[lane + 32 * i] : 0.f;
+      } else if constexpr (kPer == 8) {
+        const float4 v0 = *reinterpret_cast<const float4*>(src);
+        const float4 v1 = *reinterpret_cast<const float4*>(src + 4);
+        x[0] = v0.x;
+        x[1] = v0.y;
+        x[2] = v0.z;
+        x[3] = v0.w;
+        x[4] = v1.x;
+        x[5] = v1.y;
+        x[6] = v1.z;
+        x[7] = v1.w;
+      } else if constexpr (kPer == 4) {
         const float4 v = *reinterpret_cast<const float4*>(src);
         x[0] = v.x;
         x[1] = v.y;
@@ -380,11 +424,19 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
     }
   }
   const float inv = w_sum > 0.f ? 1.f / w_sum : 0.f;
-  auto* dst = static_cast<__nv_bfloat16*>(p.out) + bh * HEAD_DIM + lane * kPer;
+  if constexpr (!kVecPer) {
+    auto* dst = static_cast<__nv_bfloat16*>(p.out) + bh * HEAD_DIM;
 #pragma unroll
-  for (int i = 0; i < kPer; i += 2) {
-    *reinterpret_cast<__nv_bfloat162*>(dst + i) =
-        __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+    for (int i = 0; i < kPer; ++i) {
+      if (lane + 32 * i < HEAD_DIM) dst[lane + 32 * i] = __float2bfloat16_rn(acc[i] * inv);
+    }
+  } else {
+    auto* dst = static_cast<__nv_bfloat16*>(p.out) + bh * HEAD_DIM + lane * kPer;
+#pragma unroll
+    for (int i = 0; i < kPer; i += 2) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + i) =
+          __floats2bfloat162_rn(acc[i] * inv, acc[i + 1] * inv);
+    }
   }
 }
 
@@ -432,7 +484,13 @@ void dispatch_decode_tc_stages(const ops::PagedDecodeParams& p, int32_t stages, 
     case 3:
       return launch_decode_tc<KV, HEAD_DIM, 3>(p, page_shift, s);
     case 4:
-      return launch_decode_tc<KV, HEAD_DIM, 4>(p, page_shift, s);
+      // ops::resolve_decode_tc_stages never asks for more than fits (head dim 256 in bf16: 3).
+      if constexpr (ops::decode_tc_smem_bytes(HEAD_DIM, 4, int{sizeof(KV)}) >
+                    ops::kMaxSmemPerBlock) {
+        unsupported("paged decode (tensor cores): 4 stages at head_dim", HEAD_DIM);
+      } else {
+        return launch_decode_tc<KV, HEAD_DIM, 4>(p, page_shift, s);
+      }
     default:
       unsupported("paged decode (tensor cores): stages (2, 3 or 4)", stages);
   }
@@ -444,8 +502,14 @@ void dispatch_decode_tc_head_dim(const ops::PagedDecodeParams& p, int32_t stages
   switch (p.head_dim) {
     case 64:
       return dispatch_decode_tc_stages<KV, 64>(p, stages, page_shift, s);
+    case 80:
+      return dispatch_decode_tc_stages<KV, 80>(p, stages, page_shift, s);
+    case 96:
+      return dispatch_decode_tc_stages<KV, 96>(p, stages, page_shift, s);
     case 128:
       return dispatch_decode_tc_stages<KV, 128>(p, stages, page_shift, s);
+    case 256:
+      return dispatch_decode_tc_stages<KV, 256>(p, stages, page_shift, s);
     default:
       unsupported("paged decode (tensor cores): head_dim", p.head_dim);
   }
@@ -469,8 +533,12 @@ int32_t occupancy_for(int32_t stages) {
             DecodeTile<__nv_bfloat16, HEAD_DIM, 3>::kSmemBytes);
       break;
     case 4:
-      query(configured_decode_tc_kernel<__nv_bfloat16, HEAD_DIM, 4>(),
-            DecodeTile<__nv_bfloat16, HEAD_DIM, 4>::kSmemBytes);
+      if constexpr (ops::decode_tc_smem_bytes(HEAD_DIM, 4) > ops::kMaxSmemPerBlock) {
+        unsupported("paged decode (tensor cores): 4 stages at head_dim", HEAD_DIM);
+      } else {
+        query(configured_decode_tc_kernel<__nv_bfloat16, HEAD_DIM, 4>(),
+              DecodeTile<__nv_bfloat16, HEAD_DIM, 4>::kSmemBytes);
+      }
       break;
     default:
       unsupported("paged decode (tensor cores): stages (2, 3 or 4)", stages);
@@ -514,8 +582,14 @@ int32_t paged_decode_tc_occupancy(int32_t head_dim, int32_t stages) {
   switch (head_dim) {
     case 64:
       return occupancy_for<64>(stages);
+    case 80:
+      return occupancy_for<80>(stages);
+    case 96:
+      return occupancy_for<96>(stages);
     case 128:
       return occupancy_for<128>(stages);
+    case 256:
+      return occupancy_for<256>(stages);
     default:
       unsupported("paged decode (tensor cores): head_dim", head_dim);
   }

@@ -21,6 +21,15 @@
 // swizzled as above) and the products run as for bf16. k_scale is folded into the softmax scale
 // and v_scale into the output (value = stored * scale).
 //
+// Head dims 64, 80, 96, 128 and 256: shared-memory rows are ops::tc_smem_row_elems(head_dim)
+// elements (80 and 96 in 128-element rows: the swizzle stays in the row, the padding is never
+// read). Head dim 256 keeps Q in shared memory (its O accumulators take 128 registers) and runs
+// one m-tile per warp (kM128W4 becomes the 8-warp tile of the same 128 rows).
+// Sliding window (window_left >= 0): the row of the query at position pos = kv_len - q_len + token
+// masks keys below pos - window_left, and the block starts at the K/V tile of its first row's
+// bound. Soft-capping (logit_softcap > 0): S becomes cap * tanh(S * sm_scale / cap) before the
+// masking and the softmax scales by log2(e) alone; both are uniform branches.
+//
 // Its decode variant (ops::paged_decode_tc) is in paged_decode_tc.cu; both take their mma.sync,
 // ldmatrix and cp.async wrappers from mma_sm80.cuh.
 #include <cuda_bf16.h>
@@ -48,20 +57,22 @@ struct Tile {
   static constexpr int kBlockM = WARPS * kRowsPerWarp;
   static constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
   static constexpr int kKSteps = HEAD_DIM / 16;
-  static constexpr bool kQInRegs = M_TILES == 1;
+  static constexpr int kRow = ops::tc_smem_row_elems(HEAD_DIM);  // shared-memory row (elements)
+  static constexpr bool kQInRegs = M_TILES == 1 && HEAD_DIM <= 128;
   // Q, then two K and two V stages, then (fp8) the widened bf16 K and V tiles.
-  static constexpr size_t kSmemBytes = size_t{kBlockM} * HEAD_DIM * 2 +
-                                       size_t{4 * kBlockN} * HEAD_DIM * sizeof(KV) +
-                                       (kFp8 ? size_t{2 * kBlockN} * HEAD_DIM * 2 : 0);
+  static constexpr size_t kSmemBytes = size_t{kBlockM} * kRow * 2 +
+                                       size_t{4 * kBlockN} * kRow * sizeof(KV) +
+                                       (kFp8 ? size_t{2 * kBlockN} * kRow * 2 : 0);
+  static_assert(kSmemBytes <= size_t{ops::kMaxSmemPerBlock}, "a block's shared memory");
   // Element offset of (row, 16-byte chunk): the chunk index XOR row % 8 puts the 8 rows that one
   // ldmatrix phase reads into 8 different bank groups.
   static __device__ __forceinline__ int at(int row, int chunk) {
-    return swizzled_offset<HEAD_DIM>(row, chunk);
+    return swizzled_offset<kRow>(row, chunk);
   }
   // Element offset in a K/V stage of the cp.async chunk (row, chunk): swizzled bf16 (what
   // ldmatrix reads), or plain fp8 rows (what the widening reads).
   static __device__ __forceinline__ int stage_at(int row, int chunk) {
-    return stage_offset<HEAD_DIM, kFp8, kLoadElems>(row, chunk);
+    return stage_offset<kRow, kFp8, kLoadElems>(row, chunk);
   }
 };
 
@@ -76,13 +87,14 @@ __global__ void __launch_bounds__(WARPS * 32)
   constexpr int kChunks = T::kChunks;
   constexpr int kNT = kBlockN / 8;   // n8 tiles of S per m-tile
   constexpr int kDT = HEAD_DIM / 8;  // n8 tiles of O per m-tile
+  constexpr int kRow = T::kRow;
   extern __shared__ __align__(128) unsigned char smem[];
   auto* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
-  KV* sK = reinterpret_cast<KV*>(sQ + kBlockM * HEAD_DIM);  // [2][kBlockN][HEAD_DIM]
-  KV* sV = sK + 2 * kBlockN * HEAD_DIM;                     // [2][kBlockN][HEAD_DIM]
-  // fp8: the bf16 tiles a landed stage is widened into ([kBlockN][HEAD_DIM] each, swizzled).
-  auto* sKw = reinterpret_cast<__nv_bfloat16*>(sV + 2 * kBlockN * HEAD_DIM);
-  __nv_bfloat16* sVw = sKw + kBlockN * HEAD_DIM;
+  KV* sK = reinterpret_cast<KV*>(sQ + kBlockM * kRow);  // [2][kBlockN][kRow]
+  KV* sV = sK + 2 * kBlockN * kRow;                     // [2][kBlockN][kRow]
+  // fp8: the bf16 tiles a landed stage is widened into ([kBlockN][kRow] each, swizzled).
+  auto* sKw = reinterpret_cast<__nv_bfloat16*>(sV + 2 * kBlockN * kRow);
+  __nv_bfloat16* sVw = sKw + kBlockN * kRow;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -117,6 +129,12 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int kv_end = p.causal ? max(0, min(kv_len, kv_len - q_len + tok_last + 1)) : kv_len;
   const int kv_full = p.causal ? kv_len - q_len + tok_first + 1 : kv_len;
   const int n_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  // Sliding window: row of token tok sees keys >= kv_len - q_len + tok - window_left; the tile
+  // starts at its first row's bound, and tiles below its last row's bound are masked.
+  const bool windowed = p.window_left >= 0;
+  const int win_first = windowed ? max(0, kv_len - q_len + tok_first - p.window_left) : 0;
+  const int win_last = windowed ? kv_len - q_len + tok_last - p.window_left : 0;
+  const int j0 = min(n_tiles, win_first / kBlockN);
 
   const auto* qg = static_cast<const __nv_bfloat16*>(p.q);
   const auto* kg = static_cast<const KV*>(p.k_cache);
@@ -143,8 +161,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
   auto load_kv = [&](int j, int stage) {
     const int n0 = j * kBlockN;
-    KV* dk = sK + stage * kBlockN * HEAD_DIM;
-    KV* dv = sV + stage * kBlockN * HEAD_DIM;
+    KV* dk = sK + stage * kBlockN * kRow;
+    KV* dv = sV + stage * kBlockN * kRow;
     for (int idx = tid; idx < kBlockN * T::kLoadChunks; idx += T::kThreads) {
       const int r = idx / T::kLoadChunks;
       const int c = idx % T::kLoadChunks;
@@ -162,14 +180,18 @@ __global__ void __launch_bounds__(WARPS * 32)
       cp_async16(smem_u32(dv + T::stage_at(r, c)), vg + off, valid);
     }
   };
-  if (n_tiles > 0) load_kv(0, 0);
+  if (n_tiles > j0) load_kv(j0, 0);
   cp_async_commit();
 
   // Per thread: rows g and g + 8 of each m-tile (g = lane / 4); the last KV position each sees.
   const int g = lane / 4;
   const int quad = lane % 4;
   // fp8: q . (stored * k_scale) = k_scale (q . stored), folded into the softmax scale.
-  const float scale = T::kFp8 ? p.sm_scale * kLog2e * p.k_scale : p.sm_scale * kLog2e;
+  // Soft-capping: S becomes cap * tanh(S * sm_scale / cap), then only log2(e) scales it.
+  const float raw_scale = T::kFp8 ? p.sm_scale * p.k_scale : p.sm_scale;
+  const bool capped = p.logit_softcap > 0.f;
+  const float cap_pre = capped ? raw_scale / p.logit_softcap : 0.f;
+  const float scale = capped ? kLog2e : raw_scale * kLog2e;
   const float v_scale = T::kFp8 ? p.v_scale : 1.f;
   int limit[M_TILES][2];
   float m_run[M_TILES][2], l_run[M_TILES][2];
@@ -199,14 +221,14 @@ __global__ void __launch_bounds__(WARPS * 32)
     ldmatrix_x4(a, smem_u32(sQ + T::at(row, kk * 2 + (lm_j >> 1))));
   };
 
-  for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j & 1;
+  for (int j = j0; j < n_tiles; ++j) {
+    const int stage = (j - j0) & 1;
     if (j + 1 < n_tiles) load_kv(j + 1, stage ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     if constexpr (T::kQInRegs) {
-      if (j == 0) {
+      if (j == j0) {
 #pragma unroll
         for (int kk = 0; kk < T::kKSteps; ++kk)
           load_q_frag(qf[kk], 0, kk);
@@ -217,13 +239,13 @@ __global__ void __launch_bounds__(WARPS * 32)
     if constexpr (T::kFp8) {
       // Widen the landed stage (8 elements per thread and step); every warp reads every row, so
       // the block syncs. The previous tile's reads of the bf16 tiles ended at the loop's last sync.
-      const KV* k8 = sK + stage * kBlockN * HEAD_DIM;
-      const KV* v8 = sV + stage * kBlockN * HEAD_DIM;
+      const KV* k8 = sK + stage * kBlockN * kRow;
+      const KV* v8 = sV + stage * kBlockN * kRow;
       for (int idx = tid; idx < kBlockN * kChunks; idx += T::kThreads) {
         const int r = idx / kChunks;
         const int c = idx % kChunks;
-        const uint2 kr = *reinterpret_cast<const uint2*>(k8 + r * HEAD_DIM + c * 8);
-        const uint2 vr = *reinterpret_cast<const uint2*>(v8 + r * HEAD_DIM + c * 8);
+        const uint2 kr = *reinterpret_cast<const uint2*>(k8 + r * kRow + c * 8);
+        const uint2 vr = *reinterpret_cast<const uint2*>(v8 + r * kRow + c * 8);
         *reinterpret_cast<uint4*>(sKw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(kr);
         *reinterpret_cast<uint4*>(sVw + T::at(r, c)) = fp8x8_to_bf16x8<KV>(vr);
       }
@@ -231,8 +253,8 @@ __global__ void __launch_bounds__(WARPS * 32)
       k_s = sKw;
       v_s = sVw;
     } else {
-      k_s = reinterpret_cast<const __nv_bfloat16*>(sK) + stage * kBlockN * HEAD_DIM;
-      v_s = reinterpret_cast<const __nv_bfloat16*>(sV) + stage * kBlockN * HEAD_DIM;
+      k_s = reinterpret_cast<const __nv_bfloat16*>(sK) + stage * kBlockN * kRow;
+      v_s = reinterpret_cast<const __nv_bfloat16*>(sV) + stage * kBlockN * kRow;
     }
 
     // S = Q K^T.
@@ -270,18 +292,38 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
     }
 
-    // Mask the diagonal and the end of the KV (only tiles that reach past what all rows see).
-    const int n0 = j * kBlockN;
-    if (n0 + kBlockN > kv_full) {
+    if (capped) {
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
+          for (int i = 0; i < 4; ++i)
+            s[mt][nt][i] = p.logit_softcap * tanhf(s[mt][nt][i] * cap_pre);
+    }
+
+    // Mask the diagonal and the end of the KV (only tiles that reach past what all rows see),
+    // and keys below a row's window (only tiles below the last row's bound).
+    const int n0 = j * kBlockN;
+    if (n0 + kBlockN > kv_full || (windowed && n0 < win_last)) {
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        // The first key each of the thread's two rows sees (the window's bound; 0 without one),
+        // recomputed here rather than held in registers through the loop.
+        int lower[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = m0 + warp * T::kRowsPerWarp + mt * 16 + g + 8 * h;
+          lower[h] = windowed ? kv_len - q_len + m / group - p.window_left : 0;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int key = n0 + nt * 8 + 2 * quad + (i & 1);
-            if (key > limit[mt][i >> 1]) s[mt][nt][i] = -INFINITY;
+            if (key > limit[mt][i >> 1] || key < lower[i >> 1]) s[mt][nt][i] = -INFINITY;
           }
+      }
     }
 
     // Online softmax (log2 domain), then P as bf16 A fragments.
@@ -344,7 +386,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();  // this stage is reloaded by the next iteration's prefetch
   }
   cp_async_wait<0>();
-  __syncthreads();  // the Q tile (n_tiles == 0) landed; every warp is done with shared memory
+  __syncthreads();  // the Q tile (no K/V tile) landed; every warp is done with shared memory
 
   // O / l -> bf16, staged through the Q tile for 16-byte stores.
 #pragma unroll
@@ -420,7 +462,13 @@ void dispatch_variant(const ops::PagedPrefillParams& p, int page_shift, cudaStre
     case ops::PrefillVariant::kM128W8:
       return launch<KV, HEAD_DIM, 8, 1>(p, page_shift, s);
     case ops::PrefillVariant::kM128W4:
-      return launch<KV, HEAD_DIM, 4, 2>(p, page_shift, s);
+      // Head dim 256: two m-tiles of O accumulators would not fit the registers; the same 128
+      // rows on 8 warps.
+      if constexpr (HEAD_DIM > 128) {
+        return launch<KV, HEAD_DIM, 8, 1>(p, page_shift, s);
+      } else {
+        return launch<KV, HEAD_DIM, 4, 2>(p, page_shift, s);
+      }
     default:
       unsupported("paged prefill: variant (resolve kAuto first)", static_cast<int>(p.variant));
   }
@@ -431,8 +479,14 @@ void dispatch_head_dim(const ops::PagedPrefillParams& p, int page_shift, cudaStr
   switch (p.head_dim) {
     case 64:
       return dispatch_variant<KV, 64>(p, page_shift, s);
+    case 80:
+      return dispatch_variant<KV, 80>(p, page_shift, s);
+    case 96:
+      return dispatch_variant<KV, 96>(p, page_shift, s);
     case 128:
       return dispatch_variant<KV, 128>(p, page_shift, s);
+    case 256:
+      return dispatch_variant<KV, 256>(p, page_shift, s);
     default:
       unsupported("paged prefill: head_dim", p.head_dim);
   }

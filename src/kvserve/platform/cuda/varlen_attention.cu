@@ -7,8 +7,14 @@
 // (splits = 64 / queries per block) and merge their partial softmax states through shared memory
 // at the end. K/V tiles of 32 keys are staged in shared memory as f32, rows padded by 4 floats so
 // threads reading different keys hit different banks. Online softmax per key in the log2 domain
-// (scores pre-scaled by scaling * log2(e)). Head dims 16, 32, 64 and 128 and the element types are
-// dispatched to templates at one boundary.
+// (scores pre-scaled by scaling * log2(e)). Head dims 16, 32, 64, 80, 96, 128 and 256 and the
+// element types are dispatched to templates at one boundary; shared memory is dynamic (head dim
+// 256 needs 66 KB). A thread holds its query and accumulator in registers: at head dim 256 they
+// spill to local memory (correct, not fast; cuda-ragged runs the paged kernels there).
+// Sliding window (window_left >= 0): query i (position kv_len - q_len + i) skips keys below
+// position - window_left, and a block starts at its first query's bound. Soft-capping
+// (logit_softcap > 0): the query is pre-scaled by scaling / cap and a score becomes
+// cap * log2(e) * tanh(score), a uniform branch.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -33,7 +39,7 @@ cudaStream_t as_cuda(StreamHandle s) {
 }
 
 template <int HD>
-__host__ __device__ constexpr int smem_floats() {
+__host__ __device__ constexpr int smem_floats() {  // of the kernel's dynamic shared memory
   const int tiles = 2 * kTileKeys * (HD + kRowPad);
   const int merge = kThreads * (HD + 2);
   return tiles > merge ? tiles : merge;
@@ -70,8 +76,18 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t my_visible = active ? visible_keys(p.causal, i, q_len, kv_len) : 0;
   const int64_t last_q = (tile_q0 + qpb < q_len ? tile_q0 + qpb : q_len) - 1;
   const int64_t block_visible = visible_keys(p.causal, last_q, q_len, kv_len);
+  // The window's first key of query i, and the block's (its first query's).
+  auto window_lo = [&](int64_t qi_) -> int64_t {
+    if (p.window_left < 0) return 0;
+    const int64_t lo = kv_len - q_len + qi_ - p.window_left;
+    return lo < 0 ? 0 : lo;
+  };
+  const int64_t my_lo = window_lo(i);
+  const int64_t block_lo = window_lo(tile_q0);
 
-  const float scale = p.scaling * kLog2e;
+  const bool capped = p.logit_softcap > 0.f;
+  const float scale = capped ? p.scaling / p.logit_softcap : p.scaling * kLog2e;
+  const float cap_l2 = p.logit_softcap * kLog2e;
   float q[HD];
   float acc[HD];
   {
@@ -86,14 +102,14 @@ __global__ void __launch_bounds__(kThreads)
   float m = -INFINITY;
   float l = 0.f;
 
-  __shared__ __align__(16) float smem[smem_floats<HD>()];
+  extern __shared__ __align__(16) float smem[];  // smem_floats<HD>()
   float* ks = smem;
   float* vs = smem + kTileKeys * (HD + kRowPad);
   const T* kbase =
       static_cast<const T*>(p.k) + kv_begin * p.k_stride + static_cast<int64_t>(kvh) * HD;
   const T* vbase =
       static_cast<const T*>(p.v) + kv_begin * p.v_stride + static_cast<int64_t>(kvh) * HD;
-  for (int64_t t0 = 0; t0 < block_visible; t0 += kTileKeys) {
+  for (int64_t t0 = block_lo; t0 < block_visible; t0 += kTileKeys) {
     const int n = block_visible - t0 < kTileKeys ? static_cast<int>(block_visible - t0) : kTileKeys;
     __syncthreads();  // the previous tile is consumed
     for (int e = threadIdx.x; e < n * HD; e += kThreads) {
@@ -104,6 +120,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     for (int j = part; j < n && t0 + j < my_visible; j += splits) {
+      if (t0 + j < my_lo) continue;  // below this query's window
       const float4* kr = reinterpret_cast<const float4*>(ks + j * (HD + kRowPad));
       float sc = 0.f;
 #pragma unroll
@@ -111,6 +128,7 @@ __global__ void __launch_bounds__(kThreads)
         const float4 kk = kr[d4];
         sc += q[4 * d4] * kk.x + q[4 * d4 + 1] * kk.y + q[4 * d4 + 2] * kk.z + q[4 * d4 + 3] * kk.w;
       }
+      if (capped) sc = cap_l2 * tanhf(sc);
       if (sc > m) {
         const float c = exp2f(m - sc);
         l *= c;
@@ -222,19 +240,38 @@ __global__ void gather_kv_fp8_kernel(const __grid_constant__ ops::GatherKvParams
   detail::check_failed(__FILE__, __LINE__, "varlen_attention", what, std::to_string(value));
 }
 
+template <typename T, int HD>
+void launch_head_dim(const ops::VarlenAttentionParams& p, dim3 grid, int splits, cudaStream_t s) {
+  constexpr int kBytes = smem_floats<HD>() * int{sizeof(float)};
+  auto* kernel = varlen_attention_kernel<T, HD>;
+  static const bool configured = [&] {
+    KV_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    return true;
+  }();
+  (void)configured;
+  kernel<<<grid, kThreads, kBytes, s>>>(p, splits);
+}
+
 template <typename T>
 void launch_for_type(const ops::VarlenAttentionParams& p, dim3 grid, int splits, cudaStream_t s) {
   switch (p.head_dim) {
     case 16:
-      return varlen_attention_kernel<T, 16><<<grid, kThreads, 0, s>>>(p, splits);
+      return launch_head_dim<T, 16>(p, grid, splits, s);
     case 32:
-      return varlen_attention_kernel<T, 32><<<grid, kThreads, 0, s>>>(p, splits);
+      return launch_head_dim<T, 32>(p, grid, splits, s);
     case 64:
-      return varlen_attention_kernel<T, 64><<<grid, kThreads, 0, s>>>(p, splits);
+      return launch_head_dim<T, 64>(p, grid, splits, s);
+    case 80:
+      return launch_head_dim<T, 80>(p, grid, splits, s);
+    case 96:
+      return launch_head_dim<T, 96>(p, grid, splits, s);
     case 128:
-      return varlen_attention_kernel<T, 128><<<grid, kThreads, 0, s>>>(p, splits);
+      return launch_head_dim<T, 128>(p, grid, splits, s);
+    case 256:
+      return launch_head_dim<T, 256>(p, grid, splits, s);
     default:
-      unsupported("head_dim must be 16, 32, 64 or 128", p.head_dim);
+      unsupported("head_dim must be 16, 32, 64, 80, 96, 128 or 256", p.head_dim);
   }
 }
 

@@ -11,7 +11,9 @@
 namespace kvserve::ops {
 
 PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
-                                  int32_t head_dim, int32_t max_seq_len, int32_t num_sms) {
+                                  int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
+                                  int32_t window_left) {
+  max_seq_len = windowed_len(max_seq_len, window_left);
   constexpr int32_t kMinTokensPerSplit = 256;
   // Three blocks per SM: at 16 x 4096 (32/8 heads) 4 splits reach 52.5 % of the roofline where
   // 3 reached 44 %; large batches keep one split (more splits only add merge work there:
@@ -74,6 +76,10 @@ double kv_value(const void* cache, DType dtype, int64_t index, float scale) {
   return 0;
 }
 
+double softcapped(double score, float logit_softcap) {
+  return logit_softcap > 0 ? logit_softcap * std::tanh(score / logit_softcap) : score;
+}
+
 void paged_decode(const PagedDecodeParams& p, float* out) {
   const auto* q = static_cast<const uint16_t*>(p.q);
   auto k_at = [&](int64_t i) { return kv_value(p.k_cache, p.kv_dtype, i, p.k_scale); };
@@ -88,23 +94,25 @@ void paged_decode(const PagedDecodeParams& p, float* out) {
       const int32_t kvh = h / group;
       const uint16_t* qh = q + (static_cast<int64_t>(b) * p.num_q_heads + h) * p.head_dim;
       float* oh = out + (static_cast<int64_t>(b) * p.num_q_heads + h) * p.head_dim;
+      // The query is at position seq - 1; a window keeps positions [seq - 1 - window_left, seq).
+      const int32_t lo = window_first(seq, p.window_left);
       scores.assign(seq, 0.0);
       double mx = -INFINITY;
-      for (int32_t t = 0; t < seq; ++t) {
+      for (int32_t t = lo; t < seq; ++t) {
         const int64_t slot = kv_row_of(p.page_ids, first, p.page_size, t);
         const int64_t kt = slot * row + static_cast<int64_t>(kvh) * p.head_dim;
         double s = 0;
         for (int32_t d = 0; d < p.head_dim; ++d)
           s += double(bf16_to_float(qh[d])) * k_at(kt + d);
-        scores[t] = s * p.sm_scale;
+        scores[t] = softcapped(s * p.sm_scale, p.logit_softcap);
         mx = std::max(mx, scores[t]);
       }
       double sum = 0;
-      for (double& s : scores)
-        sum += (s = std::exp(s - mx));
+      for (int32_t t = lo; t < seq; ++t)
+        sum += (scores[t] = std::exp(scores[t] - mx));
       for (int32_t d = 0; d < p.head_dim; ++d) {
         double acc = 0;
-        for (int32_t t = 0; t < seq; ++t) {
+        for (int32_t t = lo; t < seq; ++t) {
           const int64_t slot = kv_row_of(p.page_ids, first, p.page_size, t);
           acc += scores[t] * v_at(slot * row + static_cast<int64_t>(kvh) * p.head_dim + d);
         }

@@ -24,8 +24,11 @@ struct PagedDecodePlan {
 // With per-request splits a request of length L uses min(num_splits, ceil(L / 256)) splits, where
 // num_splits depends on max_seq_len only through a cap that L never reaches: a plan for the
 // largest possible max_seq_len (a decode graph's) cuts every request as the plan for its batch.
+// A sliding window (window_left >= 0) plans over the positions a query reads, at most
+// window_left + 1 (windowed_len): the kernels split only those.
 PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
-                                  int32_t head_dim, int32_t max_seq_len, int32_t num_sms);
+                                  int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
+                                  int32_t window_left = -1);
 
 // Streaming multiprocessors of a CUDA platform's device (1 on the CPU): the split decision's input.
 int32_t num_compute_units(platform::Platform& platform);
@@ -57,6 +60,9 @@ double kv_value(const void* cache, DType dtype, int64_t index, float scale);
 // params' scales, float out), for tests and bench-attention's error column. `out` is
 // [batch, num_q_heads, head_dim].
 void paged_decode(const PagedDecodeParams& params, float* out);
+
+// A score after soft-capping (paged_decode_params.h): cap * tanh(score / cap), or as is (cap 0).
+double softcapped(double score, float logit_softcap);
 }  // namespace reference
 
 }  // namespace kvserve::ops

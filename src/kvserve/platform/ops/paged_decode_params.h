@@ -30,6 +30,14 @@
 
 #include "kvserve/core/dtype.h"
 
+#if !defined(KVSERVE_HOST_DEVICE)
+#if defined(__CUDACC__)
+#define KVSERVE_HOST_DEVICE __host__ __device__
+#else
+#define KVSERVE_HOST_DEVICE
+#endif
+#endif
+
 namespace kvserve::ops {
 
 struct PagedDecodeParams {
@@ -50,7 +58,7 @@ struct PagedDecodeParams {
   int32_t batch = 0;
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;   // 64 or 128
+  int32_t head_dim = 0;   // 64, 80, 96, 128 or 256
   int32_t page_size = 1;  // 1, 16, 32, 64 or 128
   int32_t num_splits = 1;
   int32_t tokens_per_split = 0;      // >= the longest sequence when num_splits == 1
@@ -65,5 +73,14 @@ struct PagedDecodeParams {
   // platform's KernelSwitches::pdl.
   bool pdl = true;
 };
+
+// The first KV position a query at position `seq_len` - 1 reads under a window (window_left < 0:
+// none, 0), and how many positions it reads: the decode kernels' range [window_first, seq_len).
+KVSERVE_HOST_DEVICE inline int32_t window_first(int32_t seq_len, int32_t window_left) {
+  return window_left >= 0 && seq_len - 1 - window_left > 0 ? seq_len - 1 - window_left : 0;
+}
+KVSERVE_HOST_DEVICE inline int32_t windowed_len(int32_t seq_len, int32_t window_left) {
+  return seq_len - window_first(seq_len, window_left);
+}
 
 }  // namespace kvserve::ops

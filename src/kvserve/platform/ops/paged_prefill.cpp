@@ -71,13 +71,17 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
 
 int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim) {
   auto valid = [](int32_t s) { return s >= 2 && s <= 4; };
-  if (valid(requested)) return requested;
-  return head_dim <= 64 ? 4 : 3;
+  int32_t stages = valid(requested) ? requested : (head_dim <= 64 ? 4 : 3);
+  // Head dim 256: four bf16 stages (256 KiB) exceed a block's shared memory; three fit.
+  while (stages > 2 && decode_tc_smem_bytes(head_dim, stages) > kMaxSmemPerBlock)
+    --stages;
+  return stages;
 }
 
 PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                      int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
-                                     int32_t stages) {
+                                     int32_t stages, int32_t window_left) {
+  max_seq_len = windowed_len(max_seq_len, window_left);
   constexpr int32_t kMinTokensPerSplit = 2 * kDecodeTcTileTokens;
   constexpr int32_t kMaxSplits = 64;
   constexpr double kGoodFill = 0.9;
@@ -138,8 +142,9 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
                params.num_q_heads / params.num_kv_heads <= 8,
            "{} query heads over {} KV heads (GQA groups 1..8)", params.num_q_heads,
            params.num_kv_heads);
-  KV_CHECK(params.head_dim == 64 || params.head_dim == 128, "head_dim {}: 64 or 128",
-           params.head_dim);
+  KV_CHECK(params.head_dim == 64 || params.head_dim == 80 || params.head_dim == 96 ||
+               params.head_dim == 128 || params.head_dim == 256,
+           "head_dim {}: 64, 80, 96, 128 or 256", params.head_dim);
   KV_CHECK(params.num_splits >= 1, "num_splits {}", params.num_splits);
   KV_CHECK(params.num_splits == 1 || (params.partial_out && params.partial_lse),
            "{} splits need a workspace", params.num_splits);
@@ -183,9 +188,13 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
     const int32_t i = t - p.qo_indptr[b];
     const int32_t kv_len = p.kv_lens[b];
     const int32_t visible = p.causal ? std::clamp(kv_len - q_len + i + 1, 0, kv_len) : kv_len;
+    // A window keeps positions [pos - window_left, ...] of the query at pos = kv_len - q_len + i.
+    const int32_t lo = p.window_left >= 0
+                           ? std::clamp(kv_len - q_len + i - p.window_left, 0, std::max(visible, 0))
+                           : 0;
     std::vector<double> scores(static_cast<size_t>(visible));
     std::vector<int64_t> slots(static_cast<size_t>(visible));
-    for (int32_t j = 0; j < visible; ++j)
+    for (int32_t j = lo; j < visible; ++j)
       slots[j] = kv_row_of(p.page_ids, p.page_indptr[b], p.page_size, j);
     for (int32_t h = 0; h < p.num_q_heads; ++h) {
       const int64_t kv_col = static_cast<int64_t>(h / group) * p.head_dim;
@@ -193,25 +202,25 @@ void paged_prefill(const PagedPrefillParams& p, float* out, int32_t query_step) 
           q + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
       float* oh = out + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim;
       double mx = -INFINITY;
-      for (int32_t j = 0; j < visible; ++j) {
+      for (int32_t j = lo; j < visible; ++j) {
         const int64_t kj = slots[j] * row + kv_col;
         double s = 0;
         for (int32_t d = 0; d < p.head_dim; ++d)
           s += double(bf16_to_float(qh[d])) * k_at(kj + d);
-        scores[j] = s * p.sm_scale;
+        scores[j] = softcapped(s * p.sm_scale, p.logit_softcap);
         mx = std::max(mx, scores[j]);
       }
       double sum = 0;
-      for (double& s : scores)
-        sum += (s = std::exp(s - mx));
+      for (int32_t j = lo; j < visible; ++j)
+        sum += (scores[j] = std::exp(scores[j] - mx));
       std::vector<double> acc(static_cast<size_t>(p.head_dim), 0.0);
-      for (int32_t j = 0; j < visible; ++j) {
+      for (int32_t j = lo; j < visible; ++j) {
         const int64_t vj = slots[j] * row + kv_col;
         for (int32_t d = 0; d < p.head_dim; ++d)
           acc[d] += scores[j] * v_at(vj + d);
       }
       for (int32_t d = 0; d < p.head_dim; ++d)
-        oh[d] = visible == 0 ? 0.0f : static_cast<float>(acc[d] / sum);
+        oh[d] = visible <= lo ? 0.0f : static_cast<float>(acc[d] / sum);
     }
   }
 }
@@ -239,6 +248,8 @@ void paged_decode_parallel(const PagedDecodeParams& p, float* out) {
   pp.page_size = p.page_size;
   pp.causal = false;  // a decode query sees all seq_lens[b] positions
   pp.sm_scale = p.sm_scale;
+  pp.window_left = p.window_left;  // the query is at position seq_lens[b] - 1 either way
+  pp.logit_softcap = p.logit_softcap;
   paged_prefill(pp, out);
 }
 

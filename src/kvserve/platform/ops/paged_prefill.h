@@ -37,7 +37,8 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
 // min_tokens_per_split > 0, cut in whole 64-position tiles: decode_tc_split_range).
 
 // Pipeline depth (K/V tiles of 64 positions in flight per block): `requested` when 2, 3 or 4, else
-// 3 for head_dim 128 (2 blocks per SM) and 4 for 64 (3 blocks per SM). Callers pass the platform's
+// 3 for head_dim above 64 (128: 2 blocks per SM) and 4 for 64 (3 blocks per SM), lowered to what
+// fits a block's shared memory (head_dim 256 in bf16: 3). Callers pass the platform's
 // KernelSwitches::decode_tc_stages (0: auto) unless they pick a depth themselves.
 int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim);
 
@@ -49,10 +50,11 @@ int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim);
 // The first choice does not depend on max_seq_len, so per-request splits (min_tokens_per_split =
 // 128) cut a request of length L into min(that, ceil(L / 128)) for any max_seq_len >= L: a decode
 // graph's plan for the longest possible request cuts every request as the eager plan does.
-// tokens_per_split: ceil(max_seq_len / num_splits) rounded up to whole tiles.
+// tokens_per_split: ceil(max_seq_len / num_splits) rounded up to whole tiles. A sliding window
+// (window_left >= 0) plans over the windowed_len(max_seq_len, window_left) positions a query reads.
 PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                      int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
-                                     int32_t stages = 0);
+                                     int32_t stages = 0, int32_t window_left = -1);
 
 // Blocks per SM of the kernel for (head_dim, stages; 0: the platform's switch, then by head dim)
 // on the platform's device, from the CUDA occupancy calculator (0 on the CPU); the plan assumes

@@ -50,7 +50,7 @@ struct PagedPrefillParams {
   int32_t total_q = 0;  // qo_indptr[batch], known on the host (sizes the grid)
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;   // 64 or 128
+  int32_t head_dim = 0;   // 64, 80, 96, 128 or 256
   int32_t page_size = 1;  // 1, 16, 32, 64 or 128
   bool causal = true;
   float sm_scale = 0;  // 1 / sqrt(head_dim) usually
@@ -67,23 +67,36 @@ struct PagedPrefillParams {
 // kernel's inputs, workspace layout and split modes): the GQA group's heads (<= 8) are the N
 // dimension of the products, KV positions the M dimension, 64 positions per shared-memory stage.
 
+#if !defined(KVSERVE_HOST_DEVICE)
 #if defined(__CUDACC__)
 #define KVSERVE_HOST_DEVICE __host__ __device__
 #else
 #define KVSERVE_HOST_DEVICE
+#endif
 #endif
 
 inline constexpr int32_t kDecodeTcTileTokens = 64;   // K/V positions per pipeline stage
 inline constexpr int32_t kDecodeTcThreads = 128;     // 4 warps, 16 positions of every stage each
 inline constexpr int32_t kDecodeTcMaxCtasPerSm = 4;  // register budget: 128 per thread
 
-// Shared memory of one block: `stages` K and V tiles of kDecodeTcTileTokens x head_dim elements
-// of kv_bytes (2: bf16; 1: fp8, plus one K and one V tile of bf16 that the fp8 bytes are widened
-// into before ldmatrix).
+// Elements of a K/V (or Q) row in the tensor-core kernels' shared memory: head_dim rounded up to
+// a multiple of 64, so that the XOR swizzle of a row's 16-byte chunks (chunk ^ row % 8) stays
+// inside the row (head dims 80 and 96 take 128-element rows; their last chunks are never read).
+KVSERVE_HOST_DEVICE constexpr int32_t tc_smem_row_elems(int32_t head_dim) {
+  return (head_dim + 63) / 64 * 64;
+}
+
+// Shared memory one block may opt into on the H200 (227 KiB).
+inline constexpr int64_t kMaxSmemPerBlock = int64_t{227} * 1024;
+
+// Shared memory of one block: `stages` K and V tiles of kDecodeTcTileTokens rows of
+// tc_smem_row_elems(head_dim) elements of kv_bytes (2: bf16; 1: fp8, plus one K and one V tile of
+// bf16 that the fp8 bytes are widened into before ldmatrix).
 KVSERVE_HOST_DEVICE constexpr int64_t decode_tc_smem_bytes(int32_t head_dim, int32_t stages,
                                                            int32_t kv_bytes = 2) {
-  return int64_t{stages} * 2 * kDecodeTcTileTokens * head_dim * kv_bytes +
-         (kv_bytes == 1 ? int64_t{2} * kDecodeTcTileTokens * head_dim * 2 : 0);
+  const int64_t row = tc_smem_row_elems(head_dim);
+  return int64_t{stages} * 2 * kDecodeTcTileTokens * row * kv_bytes +
+         (kv_bytes == 1 ? int64_t{2} * kDecodeTcTileTokens * row * 2 : 0);
 }
 
 // Blocks of the kernel that fit on one Hopper SM (228 KiB of shared memory, 1 KiB reserved per
@@ -102,7 +115,8 @@ struct DecodeSplitRange {
 };
 
 // The KV positions [begin, end) that split `split` of a query over `seq_len` positions reads in the
-// tensor-core decode kernel, for PagedDecodeParams' two split modes:
+// tensor-core decode kernel, for PagedDecodeParams' two split modes (with a sliding window the
+// kernel cuts the windowed_len positions the query reads and offsets them by window_first):
 //   * num_splits <= 1: everything;
 //   * min_tokens_per_split > 0 (per-request splits): the query uses
 //     min(num_splits, ceil(seq_len / min_tokens_per_split)) splits (at least 1), of an equal

@@ -37,7 +37,8 @@ struct GatherKvParams {
 // reads KV head h / (num_heads / num_kv_heads). Query i of a sequence with q_len queries and
 // kv_len keys sees keys [0, kv_len) (non-causal) or [0, kv_len - q_len + i + 1) (causal: the
 // queries are the last q_len positions of the sequence, as in an extend over a cached prefix). A
-// sequence without keys (or a causal query seeing none) yields zeros.
+// sequence without keys (or a causal query seeing none) yields zeros. With window_left >= 0 query i
+// (at position kv_len - q_len + i) also skips keys below that position - window_left.
 // With cu_q == nullptr there is one sequence of num_q queries and num_kv keys (then cu_kv must
 // be null too). Head h of a row is columns [h * head_dim, (h + 1) * head_dim) from the row's
 // start; rows have their own strides (elements). f32 arithmetic; on CUDA the softmax is online in
@@ -61,7 +62,7 @@ struct VarlenAttentionParams {
   int64_t out_stride = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;  // 16, 32, 64 or 128 on CUDA
+  int32_t head_dim = 0;  // 16, 32, 64, 80, 96, 128 or 256 on CUDA
   float scaling = 1.0f;
   // Sliding window and soft-capping, as attention::AttentionLayer (attention/backend.h) defines
   // them: a query at position p sees KV positions [p - window_left, p] (-1: all it may see);
