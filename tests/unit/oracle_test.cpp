@@ -147,13 +147,17 @@ TEST_P(OracleTest, LogitsAndGreedyMatchTransformers) {
 }
 
 // Every page size and backend, batched or one at a time, with or without prefix reuse: the same
-// greedy tokens, and logits within 1e-5 of the reference configuration.
+// greedy tokens, and logits within 1e-5 of the reference configuration (Gemma: 3e-5).
 TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {
   const fs::path dir = oracle_dir() / GetParam();
   const Expected want = load_expected(dir);
   auto base = make_runner(dir, 1, "cpu");
   ASSERT_TRUE(base);
   const auto base_logits = prefill_logits(*base, want.prompts);
+  // Gemma multiplies the embeddings by sqrt(hidden_size) and normalises four times a layer, so the
+  // backends' different f32 summation orders reach ~2e-5 there (measured: 1.1-1.7e-5 on gemma3).
+  const bool gemma = base->config().sandwich_norms;
+  const double bound = gemma ? 3e-5 : 1e-5;
   for (const std::string backend : {"cpu", "native"}) {
     for (const int32_t ps : {1, 16, 64, 128}) {
       SCOPED_TRACE(testing::Message() << backend << " page " << ps);
@@ -161,7 +165,7 @@ TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {
       ASSERT_TRUE(r);
       const auto logits = prefill_logits(*r, want.prompts);
       for (size_t i = 0; i < want.prompts.size(); ++i) {
-        EXPECT_LT(max_abs_diff(logits[i], base_logits[i]), 1e-5) << "prompt " << i;
+        EXPECT_LT(max_abs_diff(logits[i], base_logits[i]), bound) << "prompt " << i;
       }
       if (model::rope_depends_on_length(r->config().rope_scaling)) {
         // dynamic / longrope: a reused prefix keeps the rotation of the request that computed it
