@@ -77,8 +77,8 @@ TEST_F(CudaTest, CopiesOrderedByEventsAcrossStreams) {
   written.record(producer.handle());
   cuda_->stream_wait_event(consumer.handle(), written.handle());
   cuda_->copy(b.data(), a.data(), kN, CopyKind::kDeviceToDevice, consumer.handle());
-  std::memset(*pinned, 0, kN);  // pinned is only read by the first copy...
-  producer.synchronize();       // ...which has finished now
+  producer.synchronize();       // the first copy, the only reader of pinned, has finished...
+  std::memset(*pinned, 0, kN);  // ...so pinned may be cleared for the copy back
   cuda_->copy(*pinned, b.data(), kN, CopyKind::kDeviceToHost, consumer.handle());
   end.record(consumer.handle());
   end.synchronize();
