@@ -76,6 +76,12 @@ checkpoint::ModelConfig describe_whisper(const checkpoint::WhisperConfig& c,
   return m;
 }
 
+// The context length served: --context-length, else max_position_embeddings scaled as SGLang's
+// get_context_length scales it for rope_scaling (checkpoint::default_context_length).
+int64_t served_context_length(const checkpoint::ModelConfig& config, const ModelRunnerOptions& o) {
+  return o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config);
+}
+
 }  // namespace
 
 bool is_whisper_checkpoint(const std::filesystem::path& dir) {
@@ -137,9 +143,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   } else {
     KV_ASSIGN_OR_RETURN(config, checkpoint::load_model_config(model_dir));
     // Windows that cover the whole served context mask nothing: full attention from here on.
-    config.layer_window_left = checkpoint::served_window_left(
-        config,
-        o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config));
+    config.layer_window_left =
+        checkpoint::served_window_left(config, served_context_length(config, o));
     need = attention_requirements(config, o);
   }
   KV_RETURN_IF_ERROR(attention::check_attention_support(backend_kind, need));
@@ -160,10 +165,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     return r;
   }
   r->config_ = config;
-  // --context-length, else max_position_embeddings scaled as SGLang's get_context_length scales
-  // it for rope_scaling (checkpoint::default_context_length).
-  const int64_t max_context =
-      o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config);
+  const int64_t max_context = served_context_length(config, o);
   r->context_len_ = static_cast<int32_t>(std::min<int64_t>(max_context, INT32_MAX - kContextSlack));
   KV_ASSIGN_OR_RETURN(auto weights, checkpoint::WeightStore::open(model_dir));
   {
@@ -252,8 +254,7 @@ attention::AttentionRequirements ModelRunner::attention_requirements(
   need.kv_dtype = o.kv_cache_dtype.value_or(CausalLM::compute_dtype(o.device.kind));
   need.device = o.device.kind;
   // Only a window smaller than the served context needs the backend's windows.
-  const int64_t context =
-      o.context_length > 0 ? o.context_length : checkpoint::default_context_length(config);
+  const int64_t context = served_context_length(config, o);
   const std::vector<int32_t> windows = checkpoint::served_window_left(config, context);
   if (const auto w = std::ranges::max_element(windows); w != windows.end() && *w >= 0) {
     need.sliding_window_field =
