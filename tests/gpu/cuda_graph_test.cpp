@@ -32,6 +32,7 @@
 #include "kvserve/platform/platform.h"
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
+#include "support/scratch_dir.h"
 
 namespace kvserve {
 namespace {
@@ -68,7 +69,7 @@ using test_support::ModelSession;
 using test_support::LogitsAgreement;
 
 fs::path make_random_model() {
-  const fs::path path = fs::temp_directory_path() / "kvserve-gpu-cuda-graph-test-qwen";
+  const fs::path path = test_support::make_scratch_dir("kvserve-gpu-cuda-graph-test-qwen");
   makemodel::MakeModelOptions o;
   o.preset = "qwen2.5-0.5b-shape";
   o.output = path;

@@ -22,6 +22,7 @@
 #include "kvserve/platform/platform.h"
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
+#include "support/scratch_dir.h"
 
 namespace kvserve::platform {
 namespace {
@@ -320,7 +321,7 @@ TEST_F(CudaTest, DevicePoolSizingRefusesAHeadroomLargerThanTheFreeMemory) {
 TEST(DevicePoolModelRunnerTest, KvCacheIsSizedFromThePool) {
   if (!create_platform(Device{DeviceKind::kCuda, 0}).is_ok()) GTEST_SKIP() << "no CUDA device";
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "kvserve-gpu-device-pool-test-qwen";
+  const fs::path dir = test_support::make_scratch_dir("kvserve-gpu-device-pool-test-qwen");
   makemodel::MakeModelOptions mm;
   mm.preset = "qwen2.5-0.5b-shape";  // head_dim 64: the CUDA kernels' (tiny's 16 is not)
   mm.output = dir;

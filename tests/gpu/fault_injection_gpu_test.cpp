@@ -15,6 +15,7 @@
 #include "kvserve/platform/allocation_faults.h"
 #include "kvserve/platform/platform.h"
 #include "support/model_session.h"
+#include "support/scratch_dir.h"
 
 namespace kvserve {
 namespace {
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 
 const fs::path& model_dir() {
   static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / "kvserve-gpu-fault-injection-qwen";
+    const fs::path d = test_support::make_scratch_dir("kvserve-gpu-fault-injection-qwen");
     makemodel::MakeModelOptions mm;
     mm.preset = "qwen2.5-0.5b-shape";  // head_dim 64, GQA 14/2: the paged kernels'
     mm.output = d;

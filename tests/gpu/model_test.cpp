@@ -32,6 +32,7 @@
 #include "kvserve/tokenizer/tokenizer.h"
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
+#include "support/scratch_dir.h"
 #include "support/typed_options.h"
 
 namespace kvserve {
@@ -71,9 +72,9 @@ class RandomModelSuite : public testing::TestWithParam<Param> {
  protected:
   static void SetUpTestSuite() {
     if (!have_cuda()) return;
-    dir_ = new fs::path(fs::temp_directory_path() /
-                        (std::is_same_v<Param, int32_t> ? "kvserve-gpu-model-test-qwen"
-                                                        : "kvserve-gpu-model-test-qwen-fp8"));
+    dir_ = new fs::path(test_support::make_scratch_dir(std::is_same_v<Param, int32_t>
+                                                           ? "kvserve-gpu-model-test-qwen"
+                                                           : "kvserve-gpu-model-test-qwen-fp8"));
     makemodel::MakeModelOptions o;
     o.preset = "qwen2.5-0.5b-shape";
     o.output = *dir_;

@@ -31,6 +31,7 @@
 
 #include "kvserve/model/whisper_generate.h"
 #include "kvserve/platform/platform.h"
+#include "support/scratch_dir.h"
 #include "support/whisper_test_util.h"
 
 namespace kvserve::model {
@@ -126,7 +127,7 @@ class WhisperGpuTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!have_cuda()) return;
-    root_ = new fs::path(fs::temp_directory_path() / "kvserve-whisper-gpu-test");
+    root_ = new fs::path(test_support::make_scratch_dir("kvserve-whisper-gpu-test"));
     make_checkpoint("whisper-test", *root_ / "test", 0.2f);
     make_checkpoint("whisper-test", *root_ / "test64", 0.2f, /*one_head=*/true);
     make_checkpoint("whisper-tiny-shape", *root_ / "tiny", 0.0f);
