@@ -203,7 +203,9 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
   std::unique_ptr<CausalLM> m(new CausalLM(c, platform));
   m->shard_ = shard;
   m->local_ = shard_config(c, shard);
-  m->comm_ = tp.size() > 1 ? tp.comm : nullptr;
+  // Any communicator, even of one rank (the collectives then leave the data as it is: the
+  // communicator path tested against the plain one).
+  m->comm_ = tp.comm;
   WeightLoader loader(weights, platform, m->dtype_);
   const int64_t h = c.hidden_size;
   const int64_t hd = c.head_dim;

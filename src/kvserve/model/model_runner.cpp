@@ -215,7 +215,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   // More slots than every row filled to the context can never be used.
   int64_t tokens =
       kv_tokens(*r->platform_, o, pool, int64_t{rows} * (r->context_len_ + kContextSlack));
-  if (o.tp.size() > 1) {
+  if (o.tp.comm != nullptr) {
     // Slot indices are the scheduler's (rank 0's) and mean the same slot on every rank: every
     // rank's pool takes the smallest count any rank can hold.
     dist::Communicator* host = o.tp.host_comm();

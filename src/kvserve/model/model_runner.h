@@ -201,6 +201,8 @@ class ModelRunner final : public BatchRunner {
   // Tests: false runs every forward eagerly on the same runner (graphs stay captured).
   void set_decode_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
 
+  // Rank 0 of a tensor-parallel group: the group (null otherwise); tests read its workers.
+  const TpGroup* tp_group() const { return tp_group_.get(); }
   // "KV cache: f32, 131072 tokens (12.0 MiB), page size 16; weights 5.3 MiB; backend cpu"
   std::string summary() const;
 

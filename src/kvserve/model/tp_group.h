@@ -42,6 +42,8 @@ class TpGroup {
   // pending and later collectives fail and the workers exit.
   void fail(std::string_view reason);
   bool failed() const { return failed_; }
+  // The workers' process ids, rank r at r - 1 (-1 once reaped).
+  const std::vector<pid_t>& workers() const { return workers_; }
 
  private:
   TpGroup() = default;
