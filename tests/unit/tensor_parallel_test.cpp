@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
 #include "unit/model_test_util.h"
+#include "unit/run_kvserve.h"
 
 namespace kvserve::model {
 namespace {
@@ -165,6 +167,49 @@ TEST(TensorParallel, RefusesWhatItCannotShard) {
   ASSERT_FALSE(whisper.is_ok());
   EXPECT_EQ(whisper.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(whisper.status().message().find("--tp-size 2"), std::string::npos);
+}
+
+// The command line: generate at --tp-size 2 prints what --tp-size 1 prints (greedy), and
+// bench-one-batch runs; a size that does not divide the heads is an error naming the flag.
+TEST(TensorParallel, GenerateAndBenchOneBatchTakeTpSize) {
+  using testing_util::run_kvserve;
+  testing::TempDir dir;
+  makemodel::MakeModelOptions mo;
+  mo.preset = "tiny";
+  mo.output = dir / "tiny";
+  mo.seed = 11;
+  ASSERT_TRUE(makemodel::make_model(mo).is_ok());
+  const std::string model = (dir / "tiny").string();
+  const std::string common = "--log-level error generate --model-path " + model +
+                             " --prompt 'hello world' --prompt 'the cat sat' --max-new-tokens 8 "
+                             "--temperature 0 --max-total-tokens 2048";
+  const auto one = run_kvserve(common);
+  const auto two = run_kvserve(common + " --tp-size 2");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  // The generated texts: without the runner's summary and the timing line (stderr), which
+  // differ between the runs.
+  auto texts = [](const std::string& out) {
+    std::string kept, line;
+    std::istringstream in(out);
+    while (std::getline(in, line)) {
+      if (line.find(" on cpu: ") == std::string::npos &&
+          line.find(" tokens generated in ") == std::string::npos) {
+        kept += line + "\n";
+      }
+    }
+    return kept;
+  };
+  EXPECT_GT(texts(one.output).size(), 10u) << one.output;
+  EXPECT_EQ(texts(two.output), texts(one.output));
+  const auto three = run_kvserve(common + " --tp-size 3");
+  EXPECT_NE(three.exit_code, 0);
+  EXPECT_NE(three.output.find("--tp-size 3"), std::string::npos) << three.output;
+  const auto bench = run_kvserve("--log-level error bench-one-batch --model-path " + model +
+                                 " --batch-size 2 --input-len 16 --output-len 4 "
+                                 "--max-total-tokens 2048 --tp-size 2");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("Decode"), std::string::npos) << bench.output;
 }
 
 TEST(TensorParallel, AWorkerThatDiesFailsTheForwardNotHangs) {

@@ -38,8 +38,10 @@ Result<std::unique_ptr<TpGroup>> TpGroup::launch(const std::filesystem::path& mo
                                                          : o.tp_worker_executable.string();
   for (int32_t r = 1; r < o.tp_size; ++r) {
     std::vector<std::string> args = {
-        exe,         "tp-worker",       "--tp-shm",  name,
-        "--tp-rank", std::to_string(r), "--tp-size", std::to_string(o.tp_size)};
+        exe, "tp-worker", "--tp-shm", name, "--tp-rank", std::to_string(r), "--tp-size",
+        std::to_string(o.tp_size),
+        // The workers log at rank 0's level (--log-level).
+        "--log-level", fmt::to_string(spdlog::level::to_string_view(spdlog::get_level()))};
     std::vector<char*> argv;
     for (std::string& a : args)
       argv.push_back(a.data());
