@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # kvserve serve as a user runs it: the real binary on a tiny checkpoint, driven by curl and by the
 # official OpenAI Node SDK (tests/integration/openai_node), then stopped with SIGTERM while a
-# stream is in flight. Usage: serve_test.sh KVSERVE_BINARY
+# stream is in flight. Usage: serve_test.sh KVSERVE_BINARY [SERVE FLAGS...]: with flags (e.g.
+# --tp-size 2) every LLM server of the test runs with them; with --tp-size, a killed worker must
+# fail its request and stop the server instead of the Whisper part (not sharded: refused).
 set -euo pipefail
 
 kvserve=$1
+shift
+extra=("$@")
+tp=0
+for a in "${extra[@]}"; do [ "$a" = --tp-size ] && tp=1; done
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 server_pid=
@@ -30,7 +36,7 @@ done
 "$kvserve" make-model --preset tiny --output "$work/tiny" --seed 5 >/dev/null
 key=sk-kvserve-test
 "$kvserve" serve --model-path "$work/tiny" --port 0 --api-key "$key" --max-total-tokens 8192 \
-  --page-size 16 >"$work/server.log" 2>&1 &
+  --page-size 16 "${extra[@]}" >"$work/server.log" 2>&1 &
 server_pid=$!
 
 # Waits for the "ready to roll" line of $work/server.log; sets $base.
@@ -201,6 +207,43 @@ if [ "$tokens" -lt 1900 ]; then
   grep -q '^data: \[DONE\]' "$work/stream" || fail "a stream cut by shutdown did not end with [DONE]"
 fi
 echo "graceful shutdown passed"
+
+if [ "$tp" = 1 ]; then
+  # --- tensor parallelism: a worker that dies ---------------------------------------------------
+  # Its request fails (an error, never a hang) and the server stops by itself; the workers of the
+  # stopped servers are gone.
+  "$kvserve" serve --model-path "$work/tiny" --port 0 --api-key "$key" --max-total-tokens 8192 \
+    --page-size 16 "${extra[@]}" >"$work/server.log" 2>&1 &
+  server_pid=$!
+  wait_ready
+  grep -q "tensor parallel" "$work/server.log" || fail "no tensor-parallel line in the startup log"
+  workers=$(pgrep -P "$server_pid" || true)
+  [ -n "$workers" ] || fail "no worker processes under the server"
+  status 200 POST /generate "${auth[@]}" -H 'Content-Type: application/json' \
+    -d '{"text": "hello", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}'
+  kill -9 $workers
+  code=$(curl -s -m 30 -o "$work/body" -w '%{http_code}' "${auth[@]}" \
+    -H 'Content-Type: application/json' \
+    -d '{"text": "hello again", "sampling_params": {"max_new_tokens": 4}}' "$base/generate" || true)
+  [ "$code" != 200 ] || grep -q error "$work/body" || fail "a request after the worker died: $code $(cat "$work/body")"
+  for _ in $(seq 1 150); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$server_pid" 2>/dev/null && fail "the server is still running 15 s after its worker died"
+  wait "$server_pid" || true
+  server_pid=
+  grep -q "the group stops" "$work/server.log" || fail "no tensor-parallel failure in the log"
+  echo "worker death passed"
+  # Whisper is not sharded: refused naming the flag.
+  "$kvserve" make-model --preset whisper-test --output "$work/whisper" --seed 5 >/dev/null
+  if "$kvserve" serve --model-path "$work/whisper" --port 0 "${extra[@]}" >"$work/server.log" 2>&1; then
+    fail "a Whisper checkpoint was served with ${extra[*]}"
+  fi
+  grep -q -- "--tp-size" "$work/server.log" || fail "the Whisper refusal does not name --tp-size"
+  echo "tensor parallelism passed"
+  exit 0
+fi
 
 # --- speech recognition -------------------------------------------------------------------------
 # A Whisper checkpoint (random weights: gibberish text) served by the same command: OpenAI's

@@ -175,6 +175,7 @@ Command add_bench_one_batch_command(CLI::App& app) {
                   "Request rows (default: the largest batch size)");
   cmd->add_option("--context-length", a->runner.context_length);
   add_cuda_graph_options(cmd, a->runner);
+  add_tensor_parallel_options(cmd, a->runner);
   return {cmd, [a] { return run_bench_one_batch(*a); }};
 }
 

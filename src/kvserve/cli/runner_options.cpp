@@ -85,6 +85,21 @@ void add_cuda_graph_options(CLI::App* cmd, model::ModelRunnerOptions& runner) {
                 "Run every decode step eagerly (no graph capture)");
 }
 
+void add_tensor_parallel_options(CLI::App* cmd, model::ModelRunnerOptions& runner) {
+  cmd->add_option("--tp-size", runner.tp_size,
+                  "Tensor-parallel ranks, one process each (this one is rank 0 and launches the "
+                  "others); must divide the attention heads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--base-gpu-id", runner.base_gpu_id,
+                  "CUDA: the GPU of rank 0 (default: --device's index); rank r uses base + r")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--nccl-port", runner.nccl_port,
+                  "Accepted for SGLang command lines; kvserve passes NCCL's unique id over its "
+                  "shared-memory control channel and opens no port")
+      ->check(CLI::Range(1, 65535));
+}
+
 Status read_kernel_switches(model::ModelRunnerOptions& runner) {
   KV_ASSIGN_OR_RETURN(runner.kernel_switches, platform::kernel_switches_from_env());
   return Status::ok();

@@ -36,6 +36,9 @@ CLI::Option* add_encoder_kv_layout_option(CLI::App* cmd, mem::EncoderKvLayout& l
 // --cuda-graph-max-bs and --disable-cuda-graph (model/decode_graph_runner.h).
 void add_cuda_graph_options(CLI::App* cmd, model::ModelRunnerOptions& runner);
 
+// --tp-size, --base-gpu-id and --nccl-port (SGLang's names; docs/tensor-parallel.md).
+void add_tensor_parallel_options(CLI::App* cmd, model::ModelRunnerOptions& runner);
+
 // The CUDA kernels' A/B switches from the environment (platform/kernel_switches_env.h), for a
 // command's runner options: the one place the command line reads them. A bad value is an error
 // naming the variable.

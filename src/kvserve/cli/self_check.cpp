@@ -59,7 +59,9 @@ int run_self_check(const SelfCheckOptions& opt) {
 
 }  // namespace
 
-int run_default_self_check() { return run_self_check(SelfCheckOptions{}); }
+int run_default_self_check() {
+  return run_self_check(SelfCheckOptions{});
+}
 
 Command add_self_check_command(CLI::App& app) {
   auto opt = std::make_shared<SelfCheckOptions>();

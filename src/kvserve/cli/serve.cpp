@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -107,6 +108,9 @@ int run_serve(ServeOptions o) {
   KV_LOG_INFO("kvserve serve: loading {} on {}", o.engine.model_path.string(),
               o.engine.runner.device.to_string());
   o.engine.runner.show_progress = true;
+  // A tensor-parallel group that fails (a worker died) cannot serve again: the forward's
+  // requests have failed; stop the server through the signal path (the others end with abort).
+  o.engine.runner.on_tp_failure = [](const Status&) { kill(getpid(), SIGTERM); };
   auto engine = engine::Engine::create(o.engine);
   if (!engine.is_ok()) return load_failure(engine.status());
   KV_LOG_INFO("{}", (*engine)->summary());
@@ -144,6 +148,7 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
   cmd->add_option("--max-running-requests", e.runner.max_running_requests);
   cmd->add_option("--context-length", e.runner.context_length);
   add_cuda_graph_options(cmd, e.runner);
+  add_tensor_parallel_options(cmd, e.runner);
   cmd->add_option("--chunked-prefill-size", e.scheduler.chunked_prefill_size,
                   "Tokens per prefill chunk (-1: no chunking)")
       ->capture_default_str();

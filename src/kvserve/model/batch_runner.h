@@ -49,7 +49,8 @@ class BatchRunner {
   // Each logits row sampled with `sampling` (ops::sample_rows semantics); `logprobs` gets each
   // chosen token's raw logprob, `raw_logits` the rows sampling.raw_rows names.
   virtual Status forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
-                                std::vector<int32_t>& tokens, std::vector<float>* logprobs = nullptr,
+                                std::vector<int32_t>& tokens,
+                                std::vector<float>* logprobs = nullptr,
                                 std::vector<float>* raw_logits = nullptr) = 0;
 };
 

@@ -92,8 +92,21 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
-// Copies checkpoint tensors (any float dtype) into consecutive row blocks of one tensor of the
-// compute dtype on the platform.
+// A slice of one checkpoint tensor whose whole shape is `full`: rows [row_begin, row_begin + rows)
+// and, for a matrix, columns [col_begin, col_begin + cols) (-1: all of them).
+struct Slice {
+  std::string name;
+  std::vector<int64_t> full;
+  int64_t row_begin = 0;
+  int64_t rows = -1;
+  int64_t col_begin = 0;
+  int64_t cols = -1;
+};
+
+// Copies checkpoint tensors (any float dtype), or slices of them, into consecutive row blocks of
+// one tensor of the compute dtype on the platform. A slice is read from the memory-mapped file
+// row segment by row segment into a host buffer of the slice's size: a tensor-parallel rank never
+// holds a whole tensor it does not keep.
 class WeightLoader {
  public:
   WeightLoader(const checkpoint::WeightStore& store, platform::Platform& p, DType dtype)
@@ -101,48 +114,57 @@ class WeightLoader {
 
   // One tensor of exactly `shape`.
   Result<Tensor> load(const std::string& name, std::vector<int64_t> shape) {
-    return load_concat({name}, shape);
+    return load_slices({Slice{.name = name, .full = shape}}, shape);
   }
 
-  // Tensors stacked along dim 0 into `shape` (each part has the same trailing dims).
-  Result<Tensor> load_concat(const std::vector<std::string>& names, std::vector<int64_t> shape) {
+  // Slices stacked along dim 0 into `shape` (each slice has shape[1] columns).
+  Result<Tensor> load_slices(const std::vector<Slice>& parts, std::vector<int64_t> shape) {
     KV_ASSIGN_OR_RETURN(Tensor out, platform_.empty(dtype_, shape));
     const size_t elem = dtype_size(dtype_);
-    int64_t row_elems = 1;
-    for (size_t i = 1; i < shape.size(); ++i)
-      row_elems *= shape[i];
+    const int64_t out_cols = shape.size() > 1 ? shape[1] : 1;
+    KV_CHECK(shape.size() <= 2, "weights of rank {}", shape.size());
     int64_t row = 0;
-    std::vector<uint8_t> host;
-    for (const std::string& name : names) {
-      KV_ASSIGN_OR_RETURN(checkpoint::WeightView w, store_.get(name));
+    for (const Slice& part : parts) {
+      KV_ASSIGN_OR_RETURN(checkpoint::WeightView w, store_.get(part.name));
       if (!is_floating(w.dtype) || is_float8(w.dtype)) {
         return invalid_argument("{}: tensor {} has dtype {}; expected bf16, f16 or f32", w.file,
-                                name, dtype_name(w.dtype));
+                                part.name, dtype_name(w.dtype));
       }
-      const bool trailing_ok = w.shape.size() == shape.size() &&
-                               std::equal(w.shape.begin() + 1, w.shape.end(), shape.begin() + 1);
-      if (!trailing_ok || row + w.shape[0] > shape[0]) {
-        std::vector<int64_t> expected = shape;
-        if (names.size() > 1 && !w.shape.empty()) expected[0] = w.shape[0];
-        return invalid_argument("{}: tensor {} has shape {}, expected {}", w.file, name,
-                                shape_str(w.shape), shape_str(expected));
+      if (w.shape != part.full) {
+        return invalid_argument("{}: tensor {} has shape {}, expected {}", w.file, part.name,
+                                shape_str(w.shape), shape_str(part.full));
       }
-      const int64_t n = w.numel();
-      void* dst = out.data_as<uint8_t>() + row * row_elems * elem;
-      if (w.dtype == dtype_) {
-        platform_.copy(dst, w.data, n * elem, platform::CopyKind::kHostToDevice);
+      const int64_t full_rows = part.full[0];
+      const int64_t full_cols = part.full.size() > 1 ? part.full[1] : 1;
+      const int64_t rows = part.rows < 0 ? full_rows : part.rows;
+      const int64_t cols = part.cols < 0 ? full_cols : part.cols;
+      KV_CHECK(part.row_begin + rows <= full_rows && part.col_begin + cols <= full_cols &&
+                   cols == out_cols && row + rows <= shape[0],
+               "slice of {} outside the tensor or the output", part.name);
+      void* dst = out.data_as<uint8_t>() + row * out_cols * elem;
+      const size_t src_elem = dtype_size(w.dtype);
+      const auto* src = static_cast<const uint8_t*>(w.data) +
+                        (part.row_begin * full_cols + part.col_begin) * src_elem;
+      const int64_t n = rows * cols;
+      if (cols == full_cols && w.dtype == dtype_) {
+        platform_.copy(dst, src, n * elem, platform::CopyKind::kHostToDevice);
       } else {
-        host.resize(n * elem);
-        convert_elements(w.data, w.dtype, host.data(), dtype_, n);
-        platform_.copy(dst, host.data(), n * elem, platform::CopyKind::kHostToDevice);
+        host_.resize(n * elem);
+        for (int64_t r = 0; r < rows; ++r) {
+          const uint8_t* from = src + r * full_cols * src_elem;
+          uint8_t* to = host_.data() + r * cols * elem;
+          if (w.dtype == dtype_) {
+            std::memcpy(to, from, cols * elem);
+          } else {
+            convert_elements(from, w.dtype, to, dtype_, cols);
+          }
+        }
+        platform_.copy(dst, host_.data(), n * elem, platform::CopyKind::kHostToDevice);
       }
-      row += w.shape[0];
+      row += rows;
       bytes_ += n * elem;
     }
-    if (row != shape[0]) {
-      return invalid_argument("tensors {} stack to {} rows, expected {}", fmt::join(names, ", "),
-                              row, shape[0]);
-    }
+    KV_CHECK_EQ(row, shape[0], "slices fill the output");
     return out;
   }
 
@@ -152,6 +174,7 @@ class WeightLoader {
   const checkpoint::WeightStore& store_;
   platform::Platform& platform_;
   DType dtype_;
+  std::vector<uint8_t> host_;
   size_t bytes_ = 0;
 };
 
@@ -175,18 +198,39 @@ CausalLM::~CausalLM() = default;
 Result<std::unique_ptr<CausalLM>> CausalLM::load(
     const checkpoint::ModelConfig& c, const checkpoint::WeightStore& weights,
     platform::Platform& platform, int64_t max_seq_len,
-    const std::function<void(int64_t done, int64_t total)>& on_layer) {
+    const std::function<void(int64_t done, int64_t total)>& on_layer, const TensorParallel& tp) {
+  KV_ASSIGN_OR_RETURN(const TpShard shard, make_tp_shard(c, tp.rank(), tp.size()));
   std::unique_ptr<CausalLM> m(new CausalLM(c, platform));
+  m->shard_ = shard;
+  m->local_ = shard_config(c, shard);
+  // Any communicator, even of one rank (the collectives then leave the data as it is: the
+  // communicator path tested against the plain one).
+  m->comm_ = tp.comm;
   WeightLoader loader(weights, platform, m->dtype_);
   const int64_t h = c.hidden_size;
-  const int64_t qd = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
-  const int64_t kvd = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
-  const int64_t inter = c.intermediate_size;
+  const int64_t hd = c.head_dim;
+  const int64_t qd_full = int64_t{c.num_attention_heads} * hd;
+  const int64_t kvd_full = int64_t{c.num_key_value_heads} * hd;
+  const int64_t qd = int64_t{shard.heads} * hd;
+  const int64_t kvd = int64_t{shard.kv_heads} * hd;
+  const int64_t inter = shard.inter;
+  const int64_t vocab_full = c.vocab_size;
+  // Row (or, for 1-D tensors, element) slices and column slices of this rank.
+  auto rows_of = [](std::string name, std::vector<int64_t> full, int64_t begin, int64_t n) {
+    return Slice{.name = std::move(name), .full = std::move(full), .row_begin = begin, .rows = n};
+  };
+  auto cols_of = [](std::string name, std::vector<int64_t> full, int64_t begin, int64_t n) {
+    return Slice{.name = std::move(name), .full = std::move(full), .col_begin = begin, .cols = n};
+  };
   KV_ASSIGN_OR_RETURN(m->embed_tokens_,
-                      loader.load("model.embed_tokens.weight", {c.vocab_size, h}));
+                      loader.load_slices({rows_of("model.embed_tokens.weight", {vocab_full, h},
+                                                  shard.vocab_start, shard.vocab)},
+                                         {shard.vocab, h}));
   KV_ASSIGN_OR_RETURN(m->final_norm_, loader.load("model.norm.weight", {h}));
   if (!c.tie_word_embeddings) {
-    KV_ASSIGN_OR_RETURN(m->lm_head_, loader.load("lm_head.weight", {c.vocab_size, h}));
+    KV_ASSIGN_OR_RETURN(m->lm_head_, loader.load_slices({rows_of("lm_head.weight", {vocab_full, h},
+                                                                 shard.vocab_start, shard.vocab)},
+                                                        {shard.vocab, h}));
   }
   KV_CHECK_EQ(c.layer_window_left.size(), static_cast<size_t>(c.num_hidden_layers),
               "ModelConfig::layer_window_left has one entry per layer");
@@ -196,21 +240,38 @@ Result<std::unique_ptr<CausalLM>> CausalLM::load(
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer& l = m->layers_[i];
     const std::string p = fmt::format("model.layers.{}.", i);
-    KV_ASSIGN_OR_RETURN(l.qkv_proj, loader.load_concat({p + "self_attn.q_proj.weight",
-                                                        p + "self_attn.k_proj.weight",
-                                                        p + "self_attn.v_proj.weight"},
-                                                       {qd + 2 * kvd, h}));
+    // This rank's heads of q and its KV heads of k and v, stacked (the merged GEMM).
+    const int64_t q0 = int64_t{shard.head_start} * hd;
+    const int64_t kv0 = int64_t{shard.kv_head_start} * hd;
+    KV_ASSIGN_OR_RETURN(
+        l.qkv_proj,
+        loader.load_slices({rows_of(p + "self_attn.q_proj.weight", {qd_full, h}, q0, qd),
+                            rows_of(p + "self_attn.k_proj.weight", {kvd_full, h}, kv0, kvd),
+                            rows_of(p + "self_attn.v_proj.weight", {kvd_full, h}, kv0, kvd)},
+                           {qd + 2 * kvd, h}));
     if (m->family_.qkv_bias) {
       KV_ASSIGN_OR_RETURN(
-          l.qkv_bias, loader.load_concat({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias",
-                                          p + "self_attn.v_proj.bias"},
-                                         {qd + 2 * kvd}));
+          l.qkv_bias,
+          loader.load_slices({rows_of(p + "self_attn.q_proj.bias", {qd_full}, q0, qd),
+                              rows_of(p + "self_attn.k_proj.bias", {kvd_full}, kv0, kvd),
+                              rows_of(p + "self_attn.v_proj.bias", {kvd_full}, kv0, kvd)},
+                             {qd + 2 * kvd}));
     }
-    KV_ASSIGN_OR_RETURN(l.o_proj, loader.load(p + "self_attn.o_proj.weight", {h, qd}));
+    // Row-parallel: this rank's input columns; the ranks' outputs are summed.
+    KV_ASSIGN_OR_RETURN(
+        l.o_proj, loader.load_slices({cols_of(p + "self_attn.o_proj.weight", {h, qd_full}, q0, qd)},
+                                     {h, qd}));
+    const int64_t inter_full = c.intermediate_size;
     KV_ASSIGN_OR_RETURN(
         l.gate_up_proj,
-        loader.load_concat({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {2 * inter, h}));
-    KV_ASSIGN_OR_RETURN(l.down_proj, loader.load(p + "mlp.down_proj.weight", {h, inter}));
+        loader.load_slices(
+            {rows_of(p + "mlp.gate_proj.weight", {inter_full, h}, shard.inter_start, inter),
+             rows_of(p + "mlp.up_proj.weight", {inter_full, h}, shard.inter_start, inter)},
+            {2 * inter, h}));
+    KV_ASSIGN_OR_RETURN(l.down_proj,
+                        loader.load_slices({cols_of(p + "mlp.down_proj.weight", {h, inter_full},
+                                                    shard.inter_start, inter)},
+                                           {h, inter}));
     KV_ASSIGN_OR_RETURN(l.input_layernorm, loader.load(p + "input_layernorm.weight", {h}));
     KV_ASSIGN_OR_RETURN(l.post_attention_layernorm,
                         loader.load(p + "post_attention_layernorm.weight", {h}));
@@ -256,7 +317,7 @@ Result<mem::DeviceBatchInts> CausalLM::upload_eager(const mem::ForwardBatch& bat
   KV_CHECK_GT(n, 0, "empty batch");
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   KV_CHECK_LE(rows, n, "more logits rows than tokens");
-  Status reserved = ws_->reserve(platform_, config_, dtype_, n);
+  Status reserved = ws_->reserve(platform_, local_, dtype_, n);
   if (reserved.is_ok()) reserved = ws_->reserve_logits(platform_, config_.vocab_size, rows);
   if (!reserved.is_ok()) {
     // A workspace left half-grown is rebuilt whole by the next reserve (tokens was not raised).
@@ -295,11 +356,12 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
            "a forward of {} tokens and {} logits rows in a workspace of {} and {}", n, rows,
            w.tokens, w.logit_rows);
   const int64_t h = c.hidden_size;
-  const int32_t heads = c.num_attention_heads;
-  const int32_t kv_heads = c.num_key_value_heads;
+  // This rank's heads and MLP columns (all of them with one rank).
+  const int32_t heads = local_.num_attention_heads;
+  const int32_t kv_heads = local_.num_key_value_heads;
   const int64_t qd = static_cast<int64_t>(heads) * c.head_dim;
   const int64_t qkv_cols = qd + 2 * static_cast<int64_t>(kv_heads) * c.head_dim;
-  const int64_t inter = c.intermediate_size;
+  const int64_t inter = local_.intermediate_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
   for (const int32_t t : batch.logits_indices)
     KV_CHECK(t >= 0 && t < n, "logits index {} of {} tokens", t, n);
@@ -353,14 +415,19 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
     norm_rows(x.data(), residual, out.data(), weight, n, h);
   };
 
+  // Vocab-parallel: each rank looks up the ids of its rows (zeros elsewhere); exactly one rank
+  // holds each id, so the sum is exact.
   ops::embedding(platform_, {.table = embed_tokens_.data(),
                              .ids = ids,
                              .out = w.hidden.data(),
                              .dtype = dtype_,
                              .num_tokens = n,
                              .hidden = h,
-                             .vocab = c.vocab_size,
+                             .vocab = shard_.vocab,
+                             .vocab_start = shard_.vocab_start,
+                             .mask_outside = comm_ != nullptr,
                              .scale = fam.embedding_scale});
+  KV_RETURN_IF_ERROR(all_reduce(w.hidden, n * h));
   platform_.copy(w.residual.data(), w.hidden.data(), n * h * dtype_size(dtype_),
                  platform::CopyKind::kDeviceToDevice);
   for (size_t li = 0; li < layers_.size(); ++li) {
@@ -431,6 +498,7 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
     if (caller_stores && !fuse_store) attention::store_kv(backend, io, layer, batch);
     KV_RETURN_IF_ERROR(backend.forward(io, layer, batch));
     gemm(w.attn, l.o_proj, nullptr, w.hidden, n, h, qd);
+    KV_RETURN_IF_ERROR(all_reduce(w.hidden, n * h));
     if (fam.sandwich_norms) {
       // Gemma: the attention output is normed before it joins the residual, which the
       // pre-feedforward norm then normalizes for the MLP; the MLP output is normed too (it
@@ -448,6 +516,7 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                                  .num_tokens = n,
                                  .inter = inter});
     gemm(w.act, l.down_proj, nullptr, w.hidden, n, h, inter);
+    KV_RETURN_IF_ERROR(all_reduce(w.hidden, n * h));
     if (fam.sandwich_norms) rms_norm(w.hidden, nullptr, w.hidden, l.post_feedforward_layernorm);
   }
   // The last MLP output joins the residual, the final norm runs, and the rows whose logits are
@@ -461,24 +530,38 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                              .hidden = h,
                              .vocab = n});
   const Tensor& head = lm_head_.empty() ? embed_tokens_ : lm_head_;
+  float* logits = host_logits != nullptr ? host_logits : w.logits.data_as<float>();
+  // Each rank computes the columns of its vocabulary rows into the full-width rows; with more
+  // than one rank the other columns are zeros and the sum over the ranks is the whole row, exact
+  // (x + 0 = x): rank 0 samples from it.
+  if (comm_ != nullptr && rows > 0) {
+    platform_.memset(logits, 0, static_cast<size_t>(rows) * c.vocab_size * sizeof(float));
+  }
   ops::gemm(platform_, {.a = w.last.data(),
                         .b = head.data(),
-                        .c = host_logits != nullptr ? host_logits : w.logits.data(),
+                        .c = logits + shard_.vocab_start,
                         .dtype = dtype_,
                         .c_f32 = true,
                         .m = rows,
-                        .n = c.vocab_size,
+                        .n = shard_.vocab,
                         .k = h,
                         .lda = h,
                         .ldb = h,
                         .ldc = c.vocab_size});
+  if (comm_ != nullptr && rows > 0) {
+    KV_RETURN_IF_ERROR(comm_->all_reduce_sum(logits, rows * c.vocab_size, DType::kF32,
+                                             platform_.current_stream()));
+  }
   if (fam.final_logit_softcap > 0.0f) {
-    ops::softcap(platform_, {.x = host_logits != nullptr ? host_logits : w.logits.data_as<float>(),
-                             .rows = rows,
-                             .cols = c.vocab_size,
-                             .cap = fam.final_logit_softcap});
+    ops::softcap(platform_,
+                 {.x = logits, .rows = rows, .cols = c.vocab_size, .cap = fam.final_logit_softcap});
   }
   return Status::ok();
+}
+
+Status CausalLM::all_reduce(const Tensor& t, int64_t count) {
+  if (comm_ == nullptr) return Status::ok();
+  return comm_->all_reduce_sum(t.data(), count, dtype_, platform_.current_stream());
 }
 
 Status CausalLM::forward(const mem::ForwardBatch& batch, attention::AttentionBackend& backend,
@@ -534,7 +617,7 @@ Status CausalLM::reserve_static_workspace(int64_t max_tokens) {
   }
   KV_CHECK(static_ws_ == nullptr, "the static workspace is sized once");
   auto ws = std::make_unique<Workspace>();
-  KV_RETURN_IF_ERROR(ws->reserve(platform_, config_, dtype_, max_tokens));
+  KV_RETURN_IF_ERROR(ws->reserve(platform_, local_, dtype_, max_tokens));
   KV_RETURN_IF_ERROR(ws->reserve_logits(platform_, config_.vocab_size, max_tokens));
   static_ws_ = std::move(ws);
   return Status::ok();

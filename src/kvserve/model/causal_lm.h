@@ -17,6 +17,7 @@
 #include "kvserve/mem/forward_batch.h"
 #include "kvserve/model/decoder_family.h"
 #include "kvserve/model/rope.h"
+#include "kvserve/model/tensor_parallel.h"
 
 namespace kvserve::model {
 
@@ -27,14 +28,20 @@ class CausalLM {
   // kInvalidArgument for a shape mismatch (naming the tensor, its file, and the expected and actual
   // shapes), kOutOfMemory when the platform cannot hold it. `on_layer(done, total)` is called after
   // the embeddings and after each layer (total = layers
-  // + 1), for a progress bar.
+  // + 1), for a progress bar. With `tp` of more than one rank, this rank's shard
+  // (tensor_parallel.h) is read from the checkpoint, slice by slice (never a whole tensor), and
+  // every forward takes part in the group's collectives on the platform's current stream (the
+  // ranks run the same forwards in the same order); logits are whole on every rank.
   static Result<std::unique_ptr<CausalLM>> load(
       const checkpoint::ModelConfig& config, const checkpoint::WeightStore& weights,
       platform::Platform& platform, int64_t max_seq_len,
-      const std::function<void(int64_t done, int64_t total)>& on_layer = {});
+      const std::function<void(int64_t done, int64_t total)>& on_layer = {},
+      const TensorParallel& tp = {});
   ~CausalLM();
 
   const checkpoint::ModelConfig& config() const { return config_; }
+  // This rank's part of the model (the whole model with one rank).
+  const TpShard& shard() const { return shard_; }
   const DecoderFamily& family() const { return family_; }
   // Whether the rotary frequencies follow each request's length (dynamic, longrope: model/rope.h);
   // such a model has no static forward (decode graphs).
@@ -88,7 +95,13 @@ class CausalLM {
   Status run(const mem::ForwardBatch& batch, attention::AttentionBackend& backend, Workspace& w,
              const mem::DeviceBatchInts& in, float* host_logits);
 
+  // A collective of the forward; its failure (a dead rank) fails the forward.
+  Status all_reduce(const Tensor& t, int64_t count);
+
   checkpoint::ModelConfig config_;
+  checkpoint::ModelConfig local_;  // this rank's heads, KV heads, intermediate (shard_config)
+  TpShard shard_;
+  dist::Communicator* comm_ = nullptr;  // null: one rank
   platform::Platform& platform_;
   Tensor embed_tokens_;  // [vocab, hidden]
   Tensor lm_head_;       // [vocab, hidden]; empty when tied to embed_tokens_

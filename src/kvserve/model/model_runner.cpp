@@ -115,6 +115,13 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   if (o.cuda_graph_max_bs < 0) {
     return invalid_argument("--cuda-graph-max-bs must be >= 1, got {}", o.cuda_graph_max_bs);
   }
+  if (o.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", o.tp_size);
+  if (o.base_gpu_id >= 0 && !o.device.is_cpu() && o.device.index != o.base_gpu_id) {
+    ModelRunnerOptions based = o;
+    based.device.index = o.base_gpu_id;
+    return create(model_dir, based);
+  }
+  if (o.tp_size > 1 && o.tp.comm == nullptr) return create_tp_leader(model_dir, o);
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   r->page_size_ = o.page_size;
   const Device device = o.device;
@@ -125,6 +132,12 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   attention::AttentionRequirements need;
   attention::AttentionBackendKind backend_kind =
       o.attention_backend.value_or(attention::default_attention_backend(device.kind));
+  if (whisper && o.tp.size() > 1) {
+    return Status(StatusCode::kUnimplemented,
+                  fmt::format("--tp-size {}: tensor parallelism is not implemented for Whisper "
+                              "checkpoints (model_type whisper); use --tp-size 1",
+                              o.tp.size()));
+  }
   if (whisper) {
     KV_ASSIGN_OR_RETURN(whisper_config, checkpoint::load_whisper_config(model_dir));
     // The ragged layout with pages over 1 starts the decoder region inside a page: the CUDA
@@ -145,7 +158,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     // Windows that cover the whole served context mask nothing: full attention from here on.
     config.layer_window_left =
         checkpoint::served_window_left(config, served_context_length(config, o));
-    need = attention_requirements(config, o);
+    // With tensor parallelism the attention sees this rank's heads (refused here, before any
+    // weight, when the group does not divide them).
+    KV_ASSIGN_OR_RETURN(const TpShard shard, make_tp_shard(config, o.tp.rank(), o.tp.size()));
+    need = attention_requirements(shard_config(config, shard), o);
   }
   KV_RETURN_IF_ERROR(attention::check_attention_support(backend_kind, need));
   KV_ASSIGN_OR_RETURN(r->platform_, platform::create_platform(device));
@@ -179,7 +195,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     }
     KV_ASSIGN_OR_RETURN(r->model_,
                         CausalLM::load(config, *weights, *r->platform_,
-                                       int64_t{r->context_len_} + kContextSlack, on_layer));
+                                       int64_t{r->context_len_} + kContextSlack, on_layer, o.tp));
   }
 
   KV_ASSIGN_OR_RETURN(r->backend_,
@@ -190,7 +206,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   const DType kv_dtype = need.kv_dtype;  // checked against the backend's KV dtypes above
 
   mem::KvPoolConfig pool{.num_layers = config.num_hidden_layers,
-                         .num_kv_heads = config.num_key_value_heads,
+                         .num_kv_heads = r->model_->shard().kv_heads,
                          .head_dim = config.head_dim,
                          .size = 0,
                          .page_size = o.page_size,
@@ -199,6 +215,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
   // More slots than every row filled to the context can never be used.
   int64_t tokens =
       kv_tokens(*r->platform_, o, pool, int64_t{rows} * (r->context_len_ + kContextSlack));
+  if (o.tp.comm != nullptr) {
+    // Slot indices are the scheduler's (rank 0's) and mean the same slot on every rank: every
+    // rank's pool takes the smallest count any rank can hold.
+    dist::Communicator* host = o.tp.host_comm();
+    std::vector<int64_t> all(static_cast<size_t>(o.tp.size()));
+    KV_RETURN_IF_ERROR(host->all_gather(&tokens, all.data(), sizeof(int64_t), {}));
+    tokens = *std::ranges::min_element(all);
+  }
   tokens = mem::floor_align(tokens, o.page_size);
   if (tokens < o.page_size) {
     return out_of_memory("no room for a KV cache: {} tokens ({} per token)", tokens,
@@ -238,6 +262,62 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     }
   }
   return r;
+}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create_tp_leader(
+    const std::filesystem::path& model_dir, const ModelRunnerOptions& o) {
+  // Everything that can be refused is refused before a process is launched.
+  if (is_whisper_checkpoint(model_dir)) {
+    return Status(StatusCode::kUnimplemented,
+                  fmt::format("--tp-size {}: tensor parallelism is not implemented for Whisper "
+                              "checkpoints (model_type whisper); use --tp-size 1",
+                              o.tp_size));
+  }
+  KV_ASSIGN_OR_RETURN(const checkpoint::ModelConfig config,
+                      checkpoint::load_model_config(model_dir));
+  KV_RETURN_IF_ERROR(make_tp_shard(config, 0, o.tp_size).status());
+  if (!o.device.is_cpu()) {
+    int32_t devices = 0;
+    for (const platform::PlatformInfo& p : platform::list_platforms())
+      devices += p.device.kind == DeviceKind::kCuda ? 1 : 0;
+    if (o.device.index + o.tp_size > devices) {
+      return invalid_argument(
+          "--tp-size {} from GPU {} (--base-gpu-id) needs GPUs {}..{}; this machine has {} "
+          "CUDA device(s)",
+          o.tp_size, o.device.index, o.device.index, o.device.index + o.tp_size - 1, devices);
+    }
+  }
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<TpGroup> group, TpGroup::launch(model_dir, o));
+  ModelRunnerOptions mine = o;
+  mine.tp = group->tp();
+  auto r = create(model_dir, mine);
+  if (!r.is_ok()) {
+    group->fail(r.status().message());
+    return r.status();
+  }
+  if (Status s = group->ready(); !s.is_ok()) {
+    group->fail(s.message());
+    return s;
+  }
+  (*r)->tp_group_ = std::move(group);
+  (*r)->on_tp_failure_ = o.on_tp_failure;
+  return r;
+}
+
+Status ModelRunner::announce(const mem::ForwardBatch& batch) {
+  if (tp_group_ == nullptr) return Status::ok();
+  if (tp_group_->failed()) {
+    return unavailable("the tensor-parallel group has failed; no forward can run");
+  }
+  return after_forward(tp_group_->announce_forward(batch));
+}
+
+Status ModelRunner::after_forward(Status s) {
+  if (s.is_ok() || tp_group_ == nullptr || tp_group_->failed()) return s;
+  KV_LOG_ERROR("tensor parallel: {}; the group stops", s.message());
+  tp_group_->fail(s.message());
+  if (on_tp_failure_) on_tp_failure_(s);
+  return s;
 }
 
 attention::AttentionRequirements ModelRunner::attention_requirements(
@@ -409,6 +489,11 @@ bool ModelRunner::use_graph(mem::ForwardBatch& batch) {
 }
 
 Status ModelRunner::forward(mem::ForwardBatch& batch, std::vector<float>& logits) {
+  KV_RETURN_IF_ERROR(announce(batch));
+  return after_forward(forward_local(batch, logits));
+}
+
+Status ModelRunner::forward_local(mem::ForwardBatch& batch, std::vector<float>& logits) {
   if (whisper_ != nullptr) {
     bind(batch);
     KV_RETURN_IF_ERROR(prepare(batch));
@@ -445,9 +530,10 @@ Status ModelRunner::forward_greedy(mem::ForwardBatch& batch, std::vector<int32_t
     }
     return Status::ok();
   }
-  if (use_graph(batch)) return graphs_->replay(batch, nullptr, &tokens);
-  KV_RETURN_IF_ERROR(prepare(batch));
-  return model_->forward_greedy(batch, *backend_, tokens);
+  KV_RETURN_IF_ERROR(announce(batch));
+  if (use_graph(batch)) return after_forward(graphs_->replay(batch, nullptr, &tokens));
+  KV_RETURN_IF_ERROR(after_forward(prepare(batch)));
+  return after_forward(model_->forward_greedy(batch, *backend_, tokens));
 }
 
 Status ModelRunner::reserve_sampling_buffers(int64_t rows, const SamplingInputs& sampling,
@@ -481,6 +567,13 @@ Status ModelRunner::reserve_sampling_buffers(int64_t rows, const SamplingInputs&
 Status ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInputs& sampling,
                                    std::vector<int32_t>& tokens, std::vector<float>* logprobs,
                                    std::vector<float>* raw_logits) {
+  KV_RETURN_IF_ERROR(announce(batch));
+  return after_forward(sample_local(batch, sampling, tokens, logprobs, raw_logits));
+}
+
+Status ModelRunner::sample_local(mem::ForwardBatch& batch, const SamplingInputs& sampling,
+                                 std::vector<int32_t>& tokens, std::vector<float>* logprobs,
+                                 std::vector<float>* raw_logits) {
   const auto rows = static_cast<int64_t>(batch.logits_indices.size());
   const int64_t vocab = config().vocab_size;
   KV_CHECK(static_cast<int64_t>(sampling.rows.size()) == rows,
@@ -509,7 +602,7 @@ Status ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInput
   params.vocab = vocab;
   params.ld = vocab;
   if (platform_->device().is_cpu() || whisper_ != nullptr) {  // logits on the host
-    KV_RETURN_IF_ERROR(forward(batch, host_logits_));
+    KV_RETURN_IF_ERROR(forward_local(batch, host_logits_));
     copy_raw_rows(host_logits_.data(), platform::CopyKind::kHostToHost);
     params.logits = host_logits_.data();
     params.row_params = sampling.rows.data();
@@ -523,7 +616,7 @@ Status ModelRunner::forward_sample(mem::ForwardBatch& batch, const SamplingInput
     return Status::ok();
   }
   if (rows == 0) {  // a prefill of intermediate chunks only: nothing to sample
-    return forward(batch, host_logits_);
+    return forward_local(batch, host_logits_);
   }
   // Every buffer the sampler needs is grown before the forward is queued: a failure queues nothing.
   KV_RETURN_IF_ERROR(reserve_sampling_buffers(rows, sampling, logprobs != nullptr));
@@ -592,14 +685,19 @@ std::string ModelRunner::summary() const {
   }
   return fmt::format(
       "{} {} on {}: weights {}; KV cache {} x {} tokens ({}), page size {}; "
-      "max_running_requests {}, context {}; attention backend {}{}",
+      "max_running_requests {}, context {}; attention backend {}{}{}",
       config().architecture_name,
       fmt::format("{}L/{}H/{}KV", config().num_hidden_layers, config().num_attention_heads,
                   config().num_key_value_heads),
       platform_->device().to_string(), mib(model_->weight_bytes()), dtype_name(p.dtype), p.size,
       mib(p.bytes_per_token() * (p.size + p.page_size)), p.page_size, max_running_, context_len_,
       backend_->name(),
-      graphs_ != nullptr ? fmt::format("; decode graphs bs 1..{}", graphs_->max_bs()) : "");
+      graphs_ != nullptr ? fmt::format("; decode graphs bs 1..{}", graphs_->max_bs()) : "",
+      model_->shard().size > 1
+          ? fmt::format("; tensor parallel rank {} of {} ({} heads, {} KV heads per rank)",
+                        model_->shard().rank, model_->shard().size, model_->shard().heads,
+                        model_->shard().kv_heads)
+          : "");
 }
 
 }  // namespace kvserve::model

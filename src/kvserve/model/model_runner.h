@@ -21,6 +21,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -37,6 +38,7 @@
 #include "kvserve/model/batch_runner.h"
 #include "kvserve/model/causal_lm.h"
 #include "kvserve/model/decode_graph_runner.h"
+#include "kvserve/model/tp_group.h"
 #include "kvserve/model/whisper_model.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/ops/sampling_params.h"
@@ -77,6 +79,26 @@ struct ModelRunnerOptions {
   // CUDA default backend is cuda-ragged (cuda-paged reads whole pages and is refused by the
   // capability check).
   mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;
+  // Tensor parallelism (docs/tensor-parallel.md): --tp-size ranks, one process each. create()
+  // with tp_size > 1 makes this process rank 0: it launches ranks 1..N-1 (`tp-worker`
+  // subcommands of `tp_worker_executable`, default /proc/self/exe: this kvserve binary) through
+  // a TpGroup (tp_group.h) and announces every forward to them before running its own shard. On
+  // CUDA rank r uses device device.index + r (--base-gpu-id). Whisper is refused.
+  int32_t tp_size = 1;
+  std::filesystem::path tp_worker_executable;
+  // --base-gpu-id: CUDA device of rank 0 (-1: device.index); rank r uses it + r.
+  int32_t base_gpu_id = -1;
+  // --nccl-port: accepted for SGLang command lines and unused (NCCL's unique id crosses the
+  // shared-memory control channel; nothing listens on a port).
+  int32_t nccl_port = 0;
+  // Rank 0: called once, on the engine thread, when the group fails (a worker died, a forward's
+  // collective failed): the forward returns the error (its requests fail) and every later
+  // forward fails at once; serve stops the server here.
+  std::function<void(const Status&)> on_tp_failure;
+  // Set by the group (rank 0) or the worker, not by callers: this runner is one rank, holding its
+  // shard of a decoder-only model and a KV pool of its KV heads with the slot count every rank
+  // agreed on (the smallest any can hold).
+  TensorParallel tp;
 };
 
 // True when <dir>/config.json reads and its model_type is "whisper" (ModelRunner then runs a
@@ -179,11 +201,26 @@ class ModelRunner final : public BatchRunner {
   // Tests: false runs every forward eagerly on the same runner (graphs stay captured).
   void set_decode_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
 
+  // Rank 0 of a tensor-parallel group: the group (null otherwise); tests read its workers.
+  const TpGroup* tp_group() const { return tp_group_.get(); }
   // "KV cache: f32, 131072 tokens (12.0 MiB), page size 16; weights 5.3 MiB; backend cpu"
   std::string summary() const;
 
  private:
   ModelRunner() = default;
+  // Rank 0 of --tp-size N: checks, launches the group, then creates this rank's runner in it.
+  static Result<std::unique_ptr<ModelRunner>> create_tp_leader(
+      const std::filesystem::path& model_dir, const ModelRunnerOptions& options);
+  // Rank 0 of a group: the batch to the workers (a failure fails the group).
+  Status announce(const mem::ForwardBatch& batch);
+  // Rank 0 of a group: a failed forward leaves the ranks out of step; the group is failed.
+  Status after_forward(Status s);
+  // forward_sample without the announcement.
+  Status sample_local(mem::ForwardBatch& batch, const SamplingInputs& sampling,
+                      std::vector<int32_t>& tokens, std::vector<float>* logprobs,
+                      std::vector<float>* raw_logits);
+  // The forward without the announcement (forward_greedy and forward_sample run it).
+  Status forward_local(mem::ForwardBatch& batch, std::vector<float>& logits);
   // Points the batch at this runner's device buffers (the KV pool, the req_to_token mirror): the
   // only place a batch gets them.
   void bind(mem::ForwardBatch& batch);
@@ -200,6 +237,10 @@ class ModelRunner final : public BatchRunner {
   // Whisper: the encoder over batch.encoder_inputs into encoder_hidden_; null when there are none.
   Result<const void*> encode_inputs(const mem::ForwardBatch& batch);
 
+  // Rank 0 of a tensor-parallel group: sends each batch to the workers before the forward. First
+  // member: destroyed last, after the model whose collectives use its communicators.
+  std::unique_ptr<TpGroup> tp_group_;
+  std::function<void(const Status&)> on_tp_failure_;
   std::unique_ptr<platform::Platform> platform_;
   // Device platforms: the stream every forward of this runner runs on (the platform's current
   // stream), so that eager forwards and graph replays are ordered and graphs can be captured.

@@ -631,7 +631,8 @@ Status WhisperModel::forward(const mem::ForwardBatch& batch, attention::Attentio
     linear(normed, sa.k, k, n, d, d, d);
     linear(normed, sa.v, v, n, d, d, d);
     const attention::AttentionIO self_io{.q = q, .k = k, .v = v, .out = attn, .dtype = dtype_};
-    attention::store_kv(backend, self_io, layer, batch);  // the caller's store path, if the backend's
+    attention::store_kv(backend, self_io, layer,
+                        batch);  // the caller's store path, if the backend's
     KV_RETURN_IF_ERROR(backend.forward(self_io, layer, batch));
     linear(attn, sa.o, delta, n, d, d, d);
     // Cross-attention over the encoder region; its K/V are stored only when computed here.

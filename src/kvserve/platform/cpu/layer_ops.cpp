@@ -1,6 +1,7 @@
 // CPU kernels of the decoder-layer ops (f32), parallel over rows with OpenMP.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -43,9 +44,14 @@ void embedding(const EmbeddingParams& p) {
   const auto* table = static_cast<const float*>(p.table);
   auto* out = static_cast<float*>(p.out);
   for (int64_t t = 0; t < p.num_tokens; ++t) {
-    const int32_t id = p.ids[t];
-    KV_CHECK(id >= 0 && id < p.vocab, "token id {} outside the vocabulary of {}", id, p.vocab);
+    const int64_t id = int64_t{p.ids[t]} - p.vocab_start;
     float* o = out + t * p.hidden;
+    if (p.mask_outside && (id < 0 || id >= p.vocab)) {
+      std::fill_n(o, p.hidden, 0.0f);
+      continue;
+    }
+    KV_CHECK(id >= 0 && id < p.vocab, "token id {} outside the vocabulary of {}", p.ids[t],
+             p.vocab);
     const float* row = table + id * p.hidden;
     if (p.scale == 1.0f) {
       std::memcpy(o, row, p.hidden * sizeof(float));

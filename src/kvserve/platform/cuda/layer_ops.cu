@@ -47,7 +47,7 @@ __global__ void embedding_kernel(const __grid_constant__ ops::EmbeddingParams p,
                                  int64_t row_bytes) {
   pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t t = blockIdx.x;
-  const int32_t id = p.ids[t];
+  const int64_t id = p.ids[t] - p.vocab_start;
   auto* out = static_cast<char*>(p.out) + t * row_bytes;
   const bool valid = id >= 0 && id < p.vocab;
   const auto* src = static_cast<const char*>(p.table) + static_cast<int64_t>(id) * row_bytes;
@@ -68,7 +68,7 @@ template <typename T>
 __global__ void scaled_embedding_kernel(const __grid_constant__ ops::EmbeddingParams p) {
   pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t t = blockIdx.x;
-  const int32_t id = p.ids[t];
+  const int64_t id = p.ids[t] - p.vocab_start;
   const bool valid = id >= 0 && id < p.vocab;
   const T* src = static_cast<const T*>(p.table) + static_cast<int64_t>(valid ? id : 0) * p.hidden;
   T* out = static_cast<T*>(p.out) + t * p.hidden;

@@ -11,12 +11,18 @@ namespace kvserve::ops {
 // rounded to the compute dtype by the caller as transformers casts it; 1: a plain copy).
 struct EmbeddingParams {
   const void* table = nullptr;   // [vocab, hidden]
-  const int32_t* ids = nullptr;  // [num_tokens], each in [0, vocab)
+  const int32_t* ids = nullptr;  // [num_tokens], each in [vocab_start, vocab_start + vocab)
   void* out = nullptr;           // [num_tokens, hidden]
   DType dtype = DType::kF32;
   int64_t num_tokens = 0;
   int64_t hidden = 0;
   int64_t vocab = 0;
+  // The table holds rows [vocab_start, vocab_start + vocab) of the vocabulary (a tensor-parallel
+  // rank's slice): id's row is table[id - vocab_start]. With mask_outside, an id outside the
+  // slice gives a zero row (vocab-parallel embedding: the ranks' rows are summed); without, it is
+  // a bug (CHECK on the CPU, a zero row on CUDA).
+  int64_t vocab_start = 0;
+  bool mask_outside = false;
   float scale = 1.0f;
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
   // platform's KernelSwitches::pdl.
