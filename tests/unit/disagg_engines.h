@@ -36,8 +36,8 @@ inline EngineOptions options(DisaggMode mode, Shape shape,
   o.disagg.transport = disagg::TransportKind::kLoopback;
   o.disagg.bootstrap_port = 0;  // any free port
   o.disagg.bootstrap_bind = "127.0.0.1";
-  o.disagg.bootstrap_timeout_s = 3;
-  o.disagg.transfer_timeout_s = 3;
+  o.disagg.bootstrap_timeout_s = 30;
+  o.disagg.transfer_timeout_s = 30;
   o.disagg.heartbeat_interval_s = 0.1;
   o.disagg.heartbeat_timeout_s = 5;
   o.disagg.faults = faults;
