@@ -330,6 +330,34 @@ std::string Engine::prometheus_metrics() const {
     out += fmt::format("# HELP kvserve:{} {}.\n# TYPE kvserve:{} counter\nkvserve:{}{{{}}} {}\n",
                        name, help, name, name, labels, value);
   }
+  if (options_.disagg.mode == DisaggMode::kNone) return out;
+  // Disaggregation: KV hand-offs and the transfers behind them (the prefill side writes).
+  const DisaggStats d = status().disagg;
+  for (const auto& [name, type, help, value] : {
+           std::tuple{"disagg_requests_succeeded_total", "counter", "KV hand-offs that succeeded",
+                      double(d.succeeded)},
+           std::tuple{"disagg_requests_failed_total", "counter",
+                      "KV hand-offs that failed (timeouts, aborts, transfer failures, dead peers)",
+                      double(d.failed)},
+           std::tuple{"disagg_timeouts_total", "counter", "KV hand-offs that timed out",
+                      double(d.timeouts)},
+           std::tuple{"disagg_transfers_total", "counter", "KV write batches done",
+                      double(d.transfers)},
+           std::tuple{"disagg_transfer_failures_total", "counter", "KV write batches failed",
+                      double(d.transfer_failures)},
+           std::tuple{"disagg_transfer_bytes_total", "counter", "KV bytes written",
+                      double(d.transfer_bytes)},
+           std::tuple{"disagg_transfer_seconds_total", "counter",
+                      "Time from post to done of the KV write batches", d.transfer_seconds},
+           std::tuple{"disagg_transfer_max_seconds", "gauge", "Longest KV write batch",
+                      d.transfer_max_seconds},
+           std::tuple{"disagg_inflight_requests", "gauge",
+                      "Requests in a KV hand-off (bootstrapping, waiting, transferring, draining)",
+                      double(d.bootstrapping + d.waiting_for_input + d.transferring + d.draining)},
+       }) {
+    out += fmt::format("# HELP kvserve:{} {}.\n# TYPE kvserve:{} {}\nkvserve:{}{{{}}} {}\n", name,
+                       help, name, type, name, labels, value);
+  }
   return out;
 }
 
