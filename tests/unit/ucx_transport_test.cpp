@@ -139,6 +139,7 @@ struct Child {
         uint64_t region_bytes = 0) {
     int up[2];
     int down[2];
+    ::signal(SIGPIPE, SIG_IGN);  // a dead child is a failed read or write here, not a signal
     if (::pipe(up) != 0 || ::pipe(down) != 0) return;
     std::fflush(nullptr);
     pid = ::fork();

@@ -33,6 +33,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kConnectTimeoutMs = 10000;
+
 Status ucx_error(std::string_view what, ucs_status_t status) {
   return make_status(StatusCode::kUnavailable, "UCX {}: {}", what, ucs_status_string(status));
 }
@@ -369,9 +371,19 @@ class UcxTransport final : public KvTransport {
     st = ucp_ep_rkey_unpack(peer->ep, region.rkey.data(), &peer->rkey);
     if (st != UCS_OK) {
       peer->rkey = nullptr;
+      peer->failed = true;
       begin_close(*peer);
       closing_.push_back(std::move(peer));
       return ucx_error("rkey_unpack", st);
+    }
+    // Wait for the connection to be wired up (a flush with nothing outstanding completes once
+    // it is): an unreachable peer fails here, and no endpoint is torn down half wired (UCX 1.13
+    // asserts at a receiver whose reverse wireup meets a sender that already left).
+    if (Status ready = wait_wired(*peer); !ready.is_ok()) {
+      peer->failed = true;
+      begin_close(*peer);
+      closing_.push_back(std::move(peer));
+      return ready;
     }
     std::lock_guard lock(mu_);
     peer->id = next_peer_++;
@@ -381,8 +393,37 @@ class UcxTransport final : public KvTransport {
     return id;
   }
 
-  // Force-closes the endpoint (requests still outstanding complete with an error); the remote
-  // key is destroyed once nothing uses it (reap_peers).
+  Status wait_wired(Peer& peer) {
+    ucp_request_param_t p{};
+    void* req = ucp_ep_flush_nbx(peer.ep, &p);
+    if (UCS_PTR_IS_ERR(req)) return ucx_error("connect", UCS_PTR_STATUS(req));
+    if (req == nullptr) return Status::ok();
+    const int timeout_ms = options_.transfer_timeout_ms > 0
+                               ? std::min(options_.transfer_timeout_ms, kConnectTimeoutMs)
+                               : kConnectTimeoutMs;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    ucs_status_t st = UCS_INPROGRESS;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && !peer.failed &&
+           Clock::now() < deadline) {
+      if (ucp_worker_progress(worker_) == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+    if (st == UCS_INPROGRESS) {
+      ucp_request_cancel(worker_, req);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS)
+        ucp_worker_progress(worker_);
+      ucp_request_free(req);
+      return unavailable("UCX connect: the peer did not answer within {} ms", timeout_ms);
+    }
+    ucp_request_free(req);
+    if (st != UCS_OK) return ucx_error("connect", st);
+    return Status::ok();
+  }
+
+  // Closes the endpoint: a live peer's by flushing, a failed peer's by force (requests still
+  // outstanding complete with an error); the remote key is destroyed once nothing uses it
+  // (reap_peers).
   void begin_close(Peer& peer) {
     if (peer.closing) return;
     peer.closing = true;
@@ -393,7 +434,7 @@ class UcxTransport final : public KvTransport {
     // A forced close needs peer error handling on both sides; without it, a flushing close.
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = options_.ucx_peer_failure_detection ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    p.flags = options_.ucx_peer_failure_detection && peer.failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* req = ucp_ep_close_nbx(peer.ep, &p);
     if (UCS_PTR_IS_PTR(req)) peer.close_request = req;
     peer.ep = nullptr;
