@@ -41,6 +41,14 @@ void build_kv_indices(const ops::BuildKvIndicesParams& /*params*/, StreamHandle 
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
+void kv_staging(const ops::KvStagingParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void copy_runs(const ops::CopyRunsParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
 void embedding(const ops::EmbeddingParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
