@@ -117,3 +117,20 @@ int multiprocessor_count() {
 }
 
 }  // namespace kvserve::platform::cuda
+
+// CUDA IPC (platform/device_ipc.h): nothing to share without CUDA.
+#include "kvserve/platform/device_ipc.h"
+
+namespace kvserve::platform {
+
+Result<DeviceIpcHandle> export_device_memory(void* /*ptr*/) {
+  return unavailable("CUDA IPC: this build has no CUDA");
+}
+
+Result<void*> open_device_memory(const DeviceIpcHandle& /*handle*/) {
+  return unavailable("CUDA IPC: this build has no CUDA");
+}
+
+void close_device_memory(void* /*opened*/, const DeviceIpcHandle& /*handle*/) {}
+
+}  // namespace kvserve::platform
