@@ -105,6 +105,14 @@ struct TransportOptions {
   // UCX: seconds between keepalive probes, so a peer that died without closing its sockets is
   // detected; 0: UCX's default.
   double ucx_keepalive_interval_s = 1.0;
+  // UCX: endpoints in UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails its transfers instead of
+  // hanging. UCX 1.13's shared-memory transports (posix, sysv) have no peer failure handler and
+  // cma no active messages, so with it UCX puts over tcp even between processes of one host.
+  // false: UCP_ERR_HANDLING_MODE_NONE, which lets UCX put through shared memory (posix/memory,
+  // ~50x tcp's rate here) but notices no dead peer: only the transfer timeout ends a transfer to
+  // one, and its endpoint is then leaked. For same-host peers whose liveness the control plane
+  // watches.
+  bool ucx_peer_failure_detection = true;
   // cuda-ipc: the platform whose device the regions live on and whose kernels copy (required).
   // Loopback: used, when set, to wait on ready events and to copy device memory.
   platform::Platform* platform = nullptr;
