@@ -15,13 +15,14 @@ struct Command {
 
 Command add_version_command(CLI::App& app);
 Command add_self_check_command(CLI::App& app);
-Command add_make_model_command(CLI::App& app);       // make_model.cpp
-Command add_generate_command(CLI::App& app);         // generate.cpp
-Command add_bench_serving_command(CLI::App& app);    // bench_serving.cpp
-Command add_bench_one_batch_command(CLI::App& app);  // bench_one_batch.cpp
-Command add_bench_attention_command(CLI::App& app);  // bench_attention.cpp
-Command add_serve_command(CLI::App& app);            // serve.cpp
-Command add_transcribe_command(CLI::App& app);       // transcribe.cpp
+Command add_make_model_command(CLI::App& app);        // make_model.cpp
+Command add_generate_command(CLI::App& app);          // generate.cpp
+Command add_bench_serving_command(CLI::App& app);     // bench_serving.cpp
+Command add_bench_one_batch_command(CLI::App& app);   // bench_one_batch.cpp
+Command add_bench_attention_command(CLI::App& app);   // bench_attention.cpp
+Command add_serve_command(CLI::App& app);             // serve.cpp
+Command add_router_command(CLI::App& app);            // router.cpp
+Command add_transcribe_command(CLI::App& app);        // transcribe.cpp
 Command add_supported_models_command(CLI::App& app);  // supported_models.cpp
 
 // What `kvserve` with no subcommand does: version, platforms and the memory self-check.
