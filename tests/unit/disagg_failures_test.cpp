@@ -60,6 +60,24 @@ TEST(DisaggFailuresTest, DecodeAbortWhileBootstrappingEndsAtOnce) {
   EXPECT_TRUE(wait_idle(*decode, 2));
 }
 
+TEST(DisaggFailuresTest, AnUnbridgeableLayoutIsRefusedAtTheHandshakeNotHung) {
+  auto prefill = make(fast(DisaggMode::kPrefill));
+  EngineOptions d = fast(DisaggMode::kDecode);
+  d.runner.page_size = 16;
+  auto decode = make(d);
+  ASSERT_TRUE(prefill && decode);
+  const Outcome out = collect(
+      *submit(*decode, half(*decode, next_room(), "127.0.0.1", prefill->disagg_bootstrap_port())),
+      milliseconds(5000));
+  EXPECT_EQ(out.all.finish.kind, FinishKind::kError);
+  EXPECT_NE(out.all.finish.message.find("page size 1 (prefill) vs 16 (decode)"), std::string::npos)
+      << out.all.finish.message;
+  EXPECT_LT(out.seconds, 1.0);
+  EXPECT_EQ(prefill->status().disagg.refused_peers, 1);
+  EXPECT_TRUE(wait_idle(*decode, 2));
+  EXPECT_TRUE(wait_idle(*prefill, 2));
+}
+
 TEST(DisaggFailuresTest, NoPrefillServerFailsWithinTheHeartbeatTimeout) {
   int32_t dead_port = 0;
   {

@@ -69,7 +69,9 @@ Error read_disagg(const json& o, std::optional<engine::DisaggTarget>& out) {
     }
     return std::nullopt;
   }
-  if (!room->is_number_unsigned() || room->get<uint64_t>() >= (uint64_t{1} << 63)) {
+  const bool non_negative =
+      room->is_number_unsigned() || (room->is_number_integer() && room->get<int64_t>() >= 0);
+  if (!non_negative || room->get<uint64_t>() >= (uint64_t{1} << 63)) {
     return bad_request("'bootstrap_room' must be an integer in [0, 2^63)", "bootstrap_room");
   }
   engine::DisaggTarget t;
