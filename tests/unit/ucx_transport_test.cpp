@@ -70,6 +70,10 @@ struct UcxVariant {
   bool peer_failure_detection = true;
 };
 
+void PrintTo(const UcxVariant& v, std::ostream* os) {
+  *os << v.name;
+}
+
 TransportOptions ucx_options(const UcxVariant& v, TransportFaults faults = {},
                              int timeout_ms = 30000) {
   TransportOptions o;

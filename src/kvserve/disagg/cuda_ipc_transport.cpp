@@ -23,8 +23,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// blob: IPC handle (64) | offset (8) | exporting pid (8)
-constexpr size_t kBlobBytes = 64 + 8 + 8;
+// blob: IPC handle (64) | offset (8) | exporting pid (8) | address in the exporting process (8)
+constexpr size_t kBlobBytes = 64 + 8 + 8 + 8;
 
 class CudaIpcTransport final : public KvTransport {
  public:
@@ -35,10 +35,12 @@ class CudaIpcTransport final : public KvTransport {
 
   ~CudaIpcTransport() override {
     platform_->synchronize_stream(stream_);
-    for (auto& [id, t] : transfers_)
-      platform_->destroy_event(t.done);
-    for (auto& [id, p] : peers_)
-      platform::close_device_memory(p.mapped, p.handle);
+    for (auto& [id, t] : transfers_) {
+      if (t.done.ptr != nullptr) platform_->destroy_event(t.done);
+    }
+    for (auto& [id, p] : peers_) {
+      if (!p.own) platform::close_device_memory(p.mapped, p.handle);
+    }
     platform_->destroy_stream(stream_);
   }
 
@@ -63,6 +65,8 @@ class CudaIpcTransport final : public KvTransport {
     std::memcpy(blob.data() + 64, &h.offset, 8);
     const uint64_t pid = static_cast<uint64_t>(::getpid());
     std::memcpy(blob.data() + 72, &pid, 8);
+    const uint64_t address = reinterpret_cast<uint64_t>(base);
+    std::memcpy(blob.data() + 80, &address, 8);
     return RegionDescriptor{"cuda-ipc", std::move(blob), bytes};
   }
 
@@ -77,9 +81,14 @@ class CudaIpcTransport final : public KvTransport {
     uint64_t pid = 0;
     std::memcpy(&pid, remote.blob.data() + 72, 8);
     if (pid == static_cast<uint64_t>(::getpid())) {
-      return invalid_argument("cuda-ipc transport: the region is this process's own");
+      // CUDA refuses to open a process's own handle; the address is valid here as it is.
+      uint64_t address = 0;
+      std::memcpy(&address, remote.blob.data() + 80, 8);
+      p.mapped = reinterpret_cast<void*>(address);
+      p.own = true;
+    } else {
+      KV_ASSIGN_OR_RETURN(p.mapped, platform::open_device_memory(p.handle));
     }
-    KV_ASSIGN_OR_RETURN(p.mapped, platform::open_device_memory(p.handle));
     p.bytes = remote.bytes;
     std::lock_guard lock(mu_);
     const PeerId id{next_peer_++};
@@ -98,7 +107,7 @@ class CudaIpcTransport final : public KvTransport {
         t.status = TransferStatus::kFailed;
       }
     }
-    platform::close_device_memory(it->second.mapped, it->second.handle);
+    if (!it->second.own) platform::close_device_memory(it->second.mapped, it->second.handle);
     peers_.erase(it);
   }
 
@@ -182,6 +191,7 @@ class CudaIpcTransport final : public KvTransport {
     platform::DeviceIpcHandle handle;
     void* mapped = nullptr;
     uint64_t bytes = 0;
+    bool own = false;  // a region of this process: not mapped, not closed
   };
   struct Transfer {
     uint64_t peer = 0;

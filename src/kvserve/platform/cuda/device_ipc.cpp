@@ -13,22 +13,25 @@ namespace {
 
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
-Result<GetAddressRange> address_range_fn() {
+// The driver's cuMemGetAddressRange, or null (the runtime's error in *err).
+GetAddressRange address_range_fn(cudaError_t* err) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found{};
-  const cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
-                                                           cudaEnableDefault, &found);
-  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
-    return make_status(StatusCode::kInternal, "CUDA: cuMemGetAddressRange not found: {}",
-                       cudaGetErrorString(err));
-  }
+  *err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                          &found);
+  if (*err != cudaSuccess || found != cudaDriverEntryPointSuccess) return nullptr;
   return reinterpret_cast<GetAddressRange>(fn);
 }
 
 }  // namespace
 
 Result<DeviceIpcHandle> export_device_memory(void* ptr) {
-  KV_ASSIGN_OR_RETURN(GetAddressRange range, address_range_fn());
+  cudaError_t lookup = cudaSuccess;
+  const GetAddressRange range = address_range_fn(&lookup);
+  if (range == nullptr) {
+    return make_status(StatusCode::kInternal, "CUDA: cuMemGetAddressRange not found: {}",
+                       cudaGetErrorString(lookup));
+  }
   CUdeviceptr base = 0;
   size_t size = 0;
   if (range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) {
