@@ -9,6 +9,8 @@ packages=(
   libpcre2-dev libopenblas-openmp-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsndfile1-dev libfftw3-dev libsamplerate0-dev  # audio front end (Whisper)
+  libzmq3-dev cppzmq-dev  # the prefill/decode control plane (pd/)
+  libucx-dev  # disagg: the ucx KV transfer backend (UCP)
   clang-format
   curl jq  # the black-box server test drives kvserve serve with curl
 )

@@ -21,6 +21,7 @@ Command add_bench_serving_command(CLI::App& app);     // bench_serving.cpp
 Command add_bench_one_batch_command(CLI::App& app);   // bench_one_batch.cpp
 Command add_bench_attention_command(CLI::App& app);   // bench_attention.cpp
 Command add_serve_command(CLI::App& app);             // serve.cpp
+Command add_router_command(CLI::App& app);            // router.cpp
 Command add_transcribe_command(CLI::App& app);        // transcribe.cpp
 Command add_supported_models_command(CLI::App& app);  // supported_models.cpp
 Command add_tp_worker_command(CLI::App& app);         // tp_worker.cpp (hidden)

@@ -22,6 +22,8 @@ namespace {
 
 struct ServeOptions {
   engine::EngineOptions engine;
+  std::string disagg_mode = "null";
+  std::string disagg_backend = "ucx";
   server::ServerOptions server;
   mem::EncoderKvLayout encoder_kv_layout = mem::EncoderKvLayout::kAligned;  // Whisper only
 };
@@ -101,6 +103,17 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (Status s = read_kernel_switches(o.engine.runner); !s.is_ok()) return load_failure(s);
+  {
+    auto mode = engine::parse_disagg_mode(o.disagg_mode);
+    if (!mode.is_ok()) return load_failure(mode.status());
+    o.engine.disagg.mode = mode.value();
+    auto backend = disagg::parse_transport_kind(o.disagg_backend);
+    if (!backend.is_ok()) {
+      return load_failure(
+          invalid_argument("--disaggregation-transfer-backend: {}", backend.status().message()));
+    }
+    o.engine.disagg.transport = backend.value();
+  }
   if (model::is_whisper_checkpoint(o.engine.model_path)) {
     return run_serve_whisper(std::move(o), signals);
   }
@@ -164,6 +177,49 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
                 "Truncate prompts longer than the context instead of rejecting them");
 }
 
+// Prefill/decode disaggregation (docs/disaggregation.md), SGLang's flag names.
+static void add_disaggregation_options(CLI::App* cmd, ServeOptions& o) {
+  engine::DisaggOptions& d = o.engine.disagg;
+  cmd->add_option("--disaggregation-mode", o.disagg_mode,
+                  "null (a server of its own), prefill or decode")
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-transfer-backend", o.disagg_backend,
+                  "ucx (any two processes), cuda-ipc (two processes on one GPU host) or loopback "
+                  "(one process: tests)")
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-bootstrap-port", d.bootstrap_port,
+                  "prefill: the control-plane (ZeroMQ) port decode servers connect to; 0: any")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-bootstrap-timeout", d.bootstrap_timeout_s,
+                  "Seconds a request may wait for its other half")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-transfer-timeout", d.transfer_timeout_s,
+                  "Seconds from the destination pages to the KV's arrival (waiting + transferring)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-heartbeat-interval", d.heartbeat_interval_s,
+                  "Seconds between a decode server's pings to its prefill servers")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-heartbeat-timeout", d.heartbeat_timeout_s,
+                  "Seconds of silence after which a peer is dead and its requests fail")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--disaggregation-ucx-transports", d.ucx_transports,
+                  "UCX transports (UCX_TLS syntax, e.g. tcp or sm); default: UCX's choice");
+  cmd->add_option("--disaggregation-test-fail-probability", d.faults.fail_probability,
+                  "Tests only: fail this fraction of KV transfers")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--disaggregation-test-drop-probability", d.faults.drop_probability,
+                  "Tests only: lose this fraction of KV transfers (they time out)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--disaggregation-test-delay-ms", d.faults.delay_ms,
+                  "Tests only: every KV transfer takes at least this long")
+      ->check(CLI::NonNegativeNumber);
+}
+
 Command add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd =
@@ -199,6 +255,7 @@ Command add_serve_command(CLI::App& app) {
                   "repetition_penalty for what a request leaves out; openai: the API's defaults")
       ->check(CLI::IsMember({"model", "openai"}))
       ->capture_default_str();
+  add_disaggregation_options(cmd, *o);
   return {cmd, [o] { return run_serve(*o); }};
 }
 

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kvserve/core/logging.h"
+#include "kvserve/disagg/kv_runs.h"
 #include "kvserve/mem/common.h"
 #include "kvserve/mem/host_kv_memory.h"
 #include "kvserve/model/rope.h"
@@ -26,6 +27,9 @@ std::mt19937_64& thread_rng() {
 std::string random_rid() {
   return fmt::format("{:016x}{:016x}", thread_rng()(), thread_rng()());
 }
+
+// How often an idle disaggregated engine looks at its control plane and transfers.
+constexpr std::chrono::milliseconds kDisaggPollInterval{1};
 
 }  // namespace
 
@@ -114,10 +118,76 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       "{}; chunked_prefill_size {}, max_prefill_tokens {}, schedule_policy {}, {} cache",
       r.summary(), so.chunked_prefill_size, so.max_prefill_tokens, schedule_policy_name(policy),
       chunk_cache ? "chunk" : "radix");
+  if (options.disagg.mode != DisaggMode::kNone) KV_RETURN_IF_ERROR(e->init_disaggregation());
   e->status_.scheduler = e->scheduler_->stats();  // /get_server_info is right before any step
+  e->status_.disagg = e->scheduler_->disagg_stats();
   e->dispatcher_ = std::make_unique<StreamDispatcher>();
   e->thread_ = std::thread([raw = e.get()] { raw->loop(); });
   return e;
+}
+
+Status Engine::init_disaggregation() {
+  const DisaggOptions& o = options_.disagg;
+  if (runner_->is_encoder_decoder()) {
+    return invalid_argument("--disaggregation-mode {}: encoder-decoder models are not supported",
+                            disagg_mode_name(o.mode));
+  }
+  if (o.bootstrap_timeout_s <= 0 || o.transfer_timeout_s <= 0 || o.heartbeat_interval_s <= 0 ||
+      o.heartbeat_timeout_s <= o.heartbeat_interval_s) {
+    return invalid_argument(
+        "disaggregation timeouts must be positive and the heartbeat timeout longer than its "
+        "interval");
+  }
+  disagg::TransportOptions to;
+  to.kind = o.transport;
+  to.faults = o.faults;
+  to.transfer_timeout_ms = static_cast<int>(o.transfer_timeout_s * 1000);
+  to.ucx_transports = o.ucx_transports;
+  to.platform = &runner_->platform();
+  Result<std::unique_ptr<disagg::KvTransport>> transport = disagg::create_kv_transport(to);
+  if (!transport.is_ok()) {
+    return make_status(transport.status().code(), "--disaggregation-transfer-backend {}: {}",
+                       disagg::transport_kind_name(o.transport), transport.status().message());
+  }
+  transport_ = std::move(transport).value();
+  // The whole pool is one allocation (all layers' K, then all layers' V): one registration.
+  const mem::MHATokenToKVPool& pool = runner_->kv_pool();
+  const std::vector<mem::KvBufferInfo> buffers = pool.get_contiguous_buf_infos();
+  auto* base = static_cast<uint8_t*>(buffers.front().ptr);
+  uint64_t end = 0;
+  for (const mem::KvBufferInfo& b : buffers) {
+    end = std::max<uint64_t>(end,
+                             static_cast<uint64_t>(static_cast<uint8_t*>(b.ptr) - base) + b.bytes);
+  }
+  DisaggContext ctx;
+  ctx.options = o;
+  KV_ASSIGN_OR_RETURN(ctx.region, transport_->register_region(base, end, pool.platform().device()));
+  ctx.transport = transport_.get();
+  const disagg::KvRegionLayout region = disagg::kv_region_layout(buffers, base);
+  pd::KvLayout& l = ctx.layout;
+  l.page_size = pool.config().page_size;
+  l.kv_dtype = std::string(dtype_name(pool.config().dtype));
+  l.num_layers = pool.config().num_layers;
+  l.num_kv_heads = pool.config().num_kv_heads;
+  l.head_dim = pool.config().head_dim;
+  l.tp_size = 1;
+  l.buffer_offsets = region.buffer_offsets;
+  l.page_bytes = region.page_bytes;
+  l.buffer_bytes = region.buffer_bytes;
+  l.model = model_name();
+  disagg_layout_ = l;
+  if (o.mode == DisaggMode::kPrefill) {
+    KV_ASSIGN_OR_RETURN(ctx.server, pd::ControlServer::bind(o.bootstrap_bind, o.bootstrap_port));
+    bootstrap_port_ = ctx.server->port();
+    KV_LOG_INFO(
+        "disaggregation: prefill server, bootstrap (control plane) on port {}, {} transfers",
+        bootstrap_port_, transport_->name());
+  } else {
+    ctx.id = fmt::format("decode-{}", random_rid());
+    KV_LOG_INFO("disaggregation: decode server {}, {} transfers", ctx.id, transport_->name());
+  }
+  scheduler_->enable_disaggregation(std::move(ctx));
+  return Status::ok();
 }
 
 Engine::~Engine() {
@@ -178,6 +248,19 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
   sp.min_new_tokens = std::min(sp.min_new_tokens, sp.max_new_tokens);
   KV_RETURN_IF_ERROR(validate(sp, vocab));
   if (request.rid.empty()) request.rid = random_rid();
+  if (request.disagg) {
+    if (options_.disagg.mode == DisaggMode::kNone) {
+      request.disagg.reset();  // a server of its own: the request is served here
+    } else if (sp.max_new_tokens < 1) {
+      return invalid_argument("disaggregated serving needs max_new_tokens >= 1");
+    } else if (options_.disagg.mode == DisaggMode::kDecode &&
+               (request.disagg->bootstrap_host.empty() || request.disagg->bootstrap_port <= 0 ||
+                request.disagg->bootstrap_port > 65535)) {
+      return invalid_argument(
+          "a decode server needs bootstrap_host and bootstrap_port (1..65535) with "
+          "bootstrap_room");
+    }
+  }
 
   auto req = std::make_unique<Req>();
   req->id = next_id_++;
@@ -194,6 +277,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(SubmitRequest& request) {
     req->encoder_input = request.encoder_input;
     req->encoder_len = encoder_len_;
   }
+  req->disagg = request.disagg;
   req->arrival = Clock::now();
   req->stream = std::make_shared<RequestStream>();
   auto stream = req->stream;
@@ -246,6 +330,34 @@ std::string Engine::prometheus_metrics() const {
     out += fmt::format("# HELP kvserve:{} {}.\n# TYPE kvserve:{} counter\nkvserve:{}{{{}}} {}\n",
                        name, help, name, name, labels, value);
   }
+  if (options_.disagg.mode == DisaggMode::kNone) return out;
+  // Disaggregation: KV hand-offs and the transfers behind them (the prefill side writes).
+  const DisaggStats d = status().disagg;
+  for (const auto& [name, type, help, value] : {
+           std::tuple{"disagg_requests_succeeded_total", "counter", "KV hand-offs that succeeded",
+                      double(d.succeeded)},
+           std::tuple{"disagg_requests_failed_total", "counter",
+                      "KV hand-offs that failed (timeouts, aborts, transfer failures, dead peers)",
+                      double(d.failed)},
+           std::tuple{"disagg_timeouts_total", "counter", "KV hand-offs that timed out",
+                      double(d.timeouts)},
+           std::tuple{"disagg_transfers_total", "counter", "KV write batches done",
+                      double(d.transfers)},
+           std::tuple{"disagg_transfer_failures_total", "counter", "KV write batches failed",
+                      double(d.transfer_failures)},
+           std::tuple{"disagg_transfer_bytes_total", "counter", "KV bytes written",
+                      double(d.transfer_bytes)},
+           std::tuple{"disagg_transfer_seconds_total", "counter",
+                      "Time from post to done of the KV write batches", d.transfer_seconds},
+           std::tuple{"disagg_transfer_max_seconds", "gauge", "Longest KV write batch",
+                      d.transfer_max_seconds},
+           std::tuple{"disagg_inflight_requests", "gauge",
+                      "Requests in a KV hand-off (bootstrapping, waiting, transferring, draining)",
+                      double(d.bootstrapping + d.waiting_for_input + d.transferring + d.draining)},
+       }) {
+    out += fmt::format("# HELP kvserve:{} {}.\n# TYPE kvserve:{} {}\nkvserve:{}{{{}}} {}\n", name,
+                       help, name, type, name, labels, value);
+  }
   return out;
 }
 
@@ -257,7 +369,12 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (scheduler_->idle()) {
-        cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
+        if (scheduler_->needs_polling()) {
+          // Control messages and heartbeats arrive while nothing runs.
+          cv_.wait_for(lock, kDisaggPollInterval, [&] { return stopping_ || !inbox_.empty(); });
+        } else {
+          cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
+        }
       }
       if (stopping_) break;
       commands.swap(inbox_);
@@ -290,6 +407,7 @@ void Engine::loop() {
       snapshot = status_;
     }
     snapshot.scheduler = scheduler_->stats();
+    snapshot.disagg = scheduler_->disagg_stats();
     // Idle right after the last step (or at startup): check the memory invariants once.
     if (scheduler_->idle() && options_.check_invariants_when_idle && !checked_since_work) {
       checked_since_work = true;
@@ -309,7 +427,8 @@ void Engine::loop() {
     if (!worked && !scheduler_->idle()) {
       // Waiting requests that cannot run yet and nothing running: wait for news briefly.
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(5),
+      cv_.wait_for(lock,
+                   scheduler_->needs_polling() ? kDisaggPollInterval : std::chrono::milliseconds(5),
                    [&] { return stopping_ || !inbox_.empty(); });
     }
   }

@@ -18,6 +18,8 @@
 
 #include "kvserve/checkpoint/config.h"
 #include "kvserve/checkpoint/whisper_config.h"
+#include "kvserve/disagg/kv_transport.h"
+#include "kvserve/engine/disagg_options.h"
 #include "kvserve/engine/logit_rules.h"
 #include "kvserve/engine/metrics.h"
 #include "kvserve/engine/scheduler.h"
@@ -35,6 +37,8 @@ struct EngineOptions {
   std::string radix_eviction_policy = "lru";
   bool allow_auto_truncate = false;
   bool check_invariants_when_idle = true;
+  // Prefill/decode disaggregation (docs/disaggregation.md); mode kNone: a server of its own.
+  DisaggOptions disagg;
 };
 
 struct SubmitRequest {
@@ -49,6 +53,9 @@ struct SubmitRequest {
   // Rules for the raw logits before sampling; null: the model's (Whisper: its suppress and
   // begin-suppress tokens), none for decoder-only models.
   std::shared_ptr<const LogitRules> logit_rules;
+  // Disaggregated serving: the request's other half (bootstrap host, port and room); null: served
+  // here alone.
+  std::optional<DisaggTarget> disagg;
 };
 
 struct EngineStatus {
@@ -57,6 +64,7 @@ struct EngineStatus {
   int64_t invariant_checks = 0;
   int64_t invariant_violations = 0;
   std::string last_violation;
+  DisaggStats disagg;
 };
 
 class Engine {
@@ -99,10 +107,17 @@ class Engine {
   std::string model_name() const;
   std::string summary() const { return summary_; }
   const std::string& attention_backend() const { return attention_backend_; }
+  // Disaggregation: this server's role, its control-plane port (prefill) and KV layout.
+  DisaggMode disagg_mode() const { return options_.disagg.mode; }
+  int32_t disagg_bootstrap_port() const { return bootstrap_port_; }
+  const pd::KvLayout& disagg_layout() const { return disagg_layout_; }
 
  private:
   Engine() = default;
   void loop();
+  // The transport, the pool's registration and the control plane (create, for a disaggregated
+  // server).
+  Status init_disaggregation();
 
   EngineOptions options_;
   checkpoint::ModelConfig config_;
@@ -115,6 +130,10 @@ class Engine {
   int64_t encoder_reserved_ = 0;  // row positions its region takes (page / layout padding)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::ModelRunner> runner_;
+  // Writes into runner_'s KV pool: destroyed before it, after the scheduler.
+  std::unique_ptr<disagg::KvTransport> transport_;
+  int32_t bootstrap_port_ = 0;
+  pd::KvLayout disagg_layout_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<StreamDispatcher> dispatcher_;  // engine thread -> request streams
   Metrics metrics_;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvserve/engine/disagg_target.h"
 #include "kvserve/engine/logit_rules.h"
 #include "kvserve/engine/penalties.h"
 #include "kvserve/engine/request_stream.h"
@@ -61,6 +62,11 @@ struct Req {
   Clock::time_point last_token_time;
 
   std::shared_ptr<RequestStream> stream;
+
+  // Prefill/decode disaggregation: the request's other half (null: served here alone), and on
+  // the prefill side the events its forward produced, held until its KV transfer ends.
+  std::optional<DisaggTarget> disagg;
+  std::vector<StreamEvent> held_events;
 
   int32_t input_len() const { return static_cast<int32_t>(origin_input_ids.size()); }
   int32_t output_len() const { return static_cast<int32_t>(output_ids.size()); }

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "kvserve/core/logging.h"
+#include "kvserve/engine/disagg_decode.h"
+#include "kvserve/engine/disagg_prefill.h"
 #include "kvserve/engine/prefill_adder.h"
 #include "kvserve/engine/sampler.h"
 #include "kvserve/mem/batch_lifecycle.h"
@@ -66,7 +68,31 @@ void Scheduler::add_request(std::unique_ptr<Req> req) {
                                                         options_.encoder->layout)
                             : 0;
   reqs_[r->id] = std::move(req);
+  if (r->disagg && pd_prefill_) return pd_prefill_->add(r);
+  if (r->disagg && pd_decode_) return pd_decode_->add(r);
+  r->disagg.reset();  // not a disaggregated server: served here alone
   waiting_.push_back(r);
+}
+
+bool Scheduler::idle() const {
+  return waiting_.empty() && running_.empty() && chunked_ == nullptr &&
+         (pd_prefill_ == nullptr || pd_prefill_->idle()) &&
+         (pd_decode_ == nullptr || pd_decode_->idle());
+}
+
+void Scheduler::enable_disaggregation(DisaggContext context) {
+  KV_CHECK(!encoder_decoder_, "disaggregation of an encoder-decoder model");
+  if (context.options.mode == DisaggMode::kPrefill) {
+    pd_prefill_ = std::make_unique<PrefillDisagg>(*this, std::move(context));
+  } else if (context.options.mode == DisaggMode::kDecode) {
+    pd_decode_ = std::make_unique<DecodeDisagg>(*this, std::move(context));
+  }
+}
+
+DisaggStats Scheduler::disagg_stats() const {
+  if (pd_prefill_) return pd_prefill_->stats();
+  if (pd_decode_) return pd_decode_->stats();
+  return {};
 }
 
 // --- prefill -------------------------------------------------------------------------------
@@ -102,6 +128,7 @@ std::vector<Req*> Scheduler::get_new_batch_prefill() {
   double reservation = 0;
   for (const Req* r : running_)
     reservation += remaining_output_budget(*r) * new_token_ratio_;
+  if (pd_decode_) reservation += pd_decode_->reserved_tokens(new_token_ratio_);
   // An encoder-decoder prefill (encoder region and prompt) is never chunked.
   const std::optional<int64_t> chunk = options_.chunked_prefill_size > 0 && !encoder_decoder_
                                            ? std::optional(options_.chunked_prefill_size)
@@ -228,12 +255,17 @@ void Scheduler::run_extend(const std::vector<Req*>& batch) {
     }
     if (r.chunked) {
       cache_.cache_unfinished_req(r.kv, r.fill_ids);
+      if (pd_prefill_ && pd_prefill_->owns(r)) pd_prefill_->after_chunk(r);
       continue;
     }
     if (on_device) {
       accept_sampled(r, sampled_[static_cast<size_t>(sampled_of[i])]);
     } else {
       accept_token(r, row(rows_of[i].back()));
+    }
+    if (pd_prefill_ && pd_prefill_->owns(r)) {
+      pd_prefill_->after_prefill(r);  // its KV goes to the decode side; it waits for that here
+      continue;
     }
     if (r.finished()) {
       finish_and_release(r);
@@ -356,6 +388,11 @@ void Scheduler::fail_batch(const std::vector<Req*>& batch, const Status& why) {
   ++failed_batches_;
   const mem::FreeGroup group(kv_.allocator());
   for (Req* r : batch) {
+    if (pd_prefill_ && pd_prefill_->owns(*r)) {
+      pd_prefill_->abort(*r, fmt::format("the request's batch could not run: {}", why.message()),
+                         FinishKind::kError);
+      continue;
+    }
     r->finish = {FinishKind::kError, -1, "",
                  fmt::format("the request's batch could not run: {}", why.message())};
     emit(*r, StreamEvent{});
@@ -530,6 +567,11 @@ void Scheduler::emit(Req& r, StreamEvent e) {
   e.cached_tokens = r.cached_tokens;
   e.finished = r.finished();
   e.finish = r.finish;
+  if (pd_prefill_ && pd_prefill_->owns(r)) {
+    // A prefill server's request answers once its KV reached the decode side.
+    r.held_events.push_back(std::move(e));
+    return;
+  }
   if (r.stream) outbox_.emplace_back(r.stream, std::move(e));
 }
 
@@ -561,6 +603,14 @@ bool Scheduler::abort(const std::string& rid, const std::string& why) {
   for (auto& [id, req] : reqs_) {
     if (req->rid != rid) continue;
     Req& r = *req;
+    if (pd_prefill_ && pd_prefill_->owns(r)) {
+      pd_prefill_->abort(r, why);
+      return true;
+    }
+    if (pd_decode_ && pd_decode_->owns(r)) {
+      pd_decode_->abort(r, why);
+      return true;
+    }
     r.finish = {FinishKind::kAbort, -1, "", why};
     StreamEvent e;
     emit(r, std::move(e));
@@ -583,6 +633,9 @@ bool Scheduler::step() {
   const double cpu_start = thread_cpu_seconds();
   const double forward0 = time_.forward_seconds, sample0 = time_.sample_seconds;
   const double forward_cpu0 = time_.forward_cpu_seconds;
+  bool handed_off = false;
+  if (pd_prefill_) handed_off = pd_prefill_->poll();
+  if (pd_decode_) handed_off = pd_decode_->poll();
   const std::vector<Req*> batch = get_new_batch_prefill();
   bool decode = false;
   if (!batch.empty()) {
@@ -591,7 +644,7 @@ bool Scheduler::step() {
     run_decode();
     decode = true;
   } else {
-    return false;
+    return handed_off;
   }
   const double took = seconds(Clock::now() - start);
   const double cpu = thread_cpu_seconds() - cpu_start;

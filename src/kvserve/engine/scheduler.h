@@ -39,6 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvserve/engine/disagg_options.h"
 #include "kvserve/engine/metrics.h"
 #include "kvserve/engine/req.h"
 #include "kvserve/engine/sampler.h"
@@ -95,6 +96,9 @@ struct SchedulerStats {
   double decode_scheduler_cpu_seconds = 0;
 };
 
+class PrefillDisagg;
+class DecodeDisagg;
+
 class Scheduler {
  public:
   // `memory` is the host side of `runner`'s KV memory (of its shape: ModelRunner::kv_shape).
@@ -110,7 +114,14 @@ class Scheduler {
   void abort_all(const std::string& why);
   // One prefill or decode batch; false when there was nothing to run.
   bool step();
-  bool idle() const { return waiting_.empty() && running_.empty() && chunked_ == nullptr; }
+  bool idle() const;
+  // Prefill/decode disaggregation (docs/disaggregation.md): this scheduler becomes a prefill or
+  // a decode server's; requests that carry a DisaggTarget go through its queues, the others are
+  // served here alone. Before the first step.
+  void enable_disaggregation(DisaggContext context);
+  // Whether steps must run even when idle (control messages and heartbeats arrive on their own).
+  bool needs_polling() const { return pd_prefill_ != nullptr || pd_decode_ != nullptr; }
+  DisaggStats disagg_stats() const;
   // The memory invariants with no request alive (only meaningful when idle).
   Status check_idle_invariants() const;
   // The memory invariants over every request alive now (tests run it after every step).
@@ -155,6 +166,10 @@ class Scheduler {
   void finish_and_release(Req& r);
   void forget(Req* r);
 
+  // The disaggregation queues work on the scheduler's state directly, on its thread.
+  friend class PrefillDisagg;
+  friend class DecodeDisagg;
+
   model::BatchRunner& runner_;
   mem::HostKvMemory kv_;
   mem::PrefixCache& cache_;     // kv_'s
@@ -190,6 +205,8 @@ class Scheduler {
   std::vector<int32_t> raw_rows_;  // rows of the sampled batch whose raw logits come back
   std::vector<float> raw_logits_;  // [raw_rows_.size(), vocab]
   StreamOutputs outbox_;
+  std::unique_ptr<PrefillDisagg> pd_prefill_;  // a prefill server's hand-offs
+  std::unique_ptr<DecodeDisagg> pd_decode_;    // a decode server's
 };
 
 }  // namespace kvserve::engine

@@ -14,6 +14,7 @@
 #include "kvserve/core/logging.h"
 #include "kvserve/core/version.h"
 #include "kvserve/server/api_key.h"
+#include "kvserve/server/disagg_info.h"
 #include "kvserve/server/http_transport.h"
 #include "kvserve/server/responses.h"
 
@@ -327,6 +328,7 @@ void HttpServer::install_routes() {
                {"invariant_checks", st.invariant_checks},
                {"invariant_violations", st.invariant_violations},
                {"last_invariant_violation", st.last_violation},
+               {"disaggregation", disagg_stats_json(st.disagg)},
                {"engine_time",
                 {{"prefill_batches", st.scheduler.prefill_batches},
                  {"decode_steps", st.scheduler.decode_steps},
@@ -342,6 +344,23 @@ void HttpServer::install_routes() {
                  {"decode_scheduler_cpu_seconds", st.scheduler.decode_scheduler_cpu_seconds}}}});
   };
   s.Get("/get_server_info", server_info);
+  // Disaggregation: this server's role and KV layout; a prefill server's control-plane port (the
+  // router reads it to fill bootstrap_port, and checks the pairs' layouts at its startup).
+  s.Get("/disaggregation/bootstrap", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, disagg_bootstrap_json(engine_));
+  });
+  // SGLang's /abort_request: ends a request by its rid (the router's way to stop the other half).
+  s.Post("/abort_request", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_json_body(req.body);
+    if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
+    const json& o = std::get<json>(body);
+    const auto rid = o.find("rid");
+    if (rid == o.end() || !rid->is_string()) {
+      return send_error(res, {400, "'rid' must be a string", "invalid_request_error", "rid", ""});
+    }
+    engine_.abort(rid->get<std::string>());
+    send_json(res, {{"rid", rid->get<std::string>()}});
+  });
   s.Get("/server_info", server_info);
 
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

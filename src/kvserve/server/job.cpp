@@ -25,6 +25,7 @@ std::variant<std::unique_ptr<Job>, ApiError> Job::start(engine::Engine& engine,
       if (sub.sampling.seed && j > 0) *sub.sampling.seed += static_cast<uint64_t>(j);
       sub.stop = specs[s].stop;
       sub.logprob_start_len = specs[s].logprob_start_len;
+      sub.disagg = specs[s].disagg;
       if (!rids.empty()) sub.rid = n == 1 ? rids[s] : fmt::format("{}-{}", rids[s], j);
       auto stream = engine.submit(sub);
       if (!stream.is_ok()) {

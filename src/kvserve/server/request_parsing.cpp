@@ -57,6 +57,42 @@ Error read_float(const json& o, const char* key, double lo, double hi, float& ou
   return std::nullopt;
 }
 
+// bootstrap_room (a non-negative integer below 2^63) makes the request one half of a
+// disaggregated pair; bootstrap_host / bootstrap_port say where its prefill server listens.
+Error read_disagg(const json& o, std::optional<engine::DisaggTarget>& out) {
+  const auto room = o.find("bootstrap_room");
+  if (room == o.end() || room->is_null()) {
+    for (const char* key : {"bootstrap_host", "bootstrap_port"}) {
+      if (o.contains(key) && !o[key].is_null()) {
+        return bad_request(fmt::format("'{}' needs 'bootstrap_room'", key), key);
+      }
+    }
+    return std::nullopt;
+  }
+  const bool non_negative =
+      room->is_number_unsigned() || (room->is_number_integer() && room->get<int64_t>() >= 0);
+  if (!non_negative || room->get<uint64_t>() >= (uint64_t{1} << 63)) {
+    return bad_request("'bootstrap_room' must be an integer in [0, 2^63)", "bootstrap_room");
+  }
+  engine::DisaggTarget t;
+  t.room = room->get<uint64_t>();
+  if (const auto it = o.find("bootstrap_host"); it != o.end() && !it->is_null()) {
+    if (!it->is_string()) return bad_request("'bootstrap_host' must be a string", "bootstrap_host");
+    t.bootstrap_host = it->get<std::string>();
+  }
+  KV_API_TRY(read_int(o, "bootstrap_port", 1, 65535, t.bootstrap_port));
+  out = t;
+  return std::nullopt;
+}
+
+Error one_sequence_per_room(const std::optional<engine::DisaggTarget>& d, size_t sequences) {
+  if (d && sequences != 1) {
+    return bad_request("a 'bootstrap_room' carries one sequence: one prompt, n = 1",
+                       "bootstrap_room");
+  }
+  return std::nullopt;
+}
+
 bool valid_utf8(const std::string& s) {
   return tokenizer::is_valid_utf8(s);
 }
@@ -357,6 +393,7 @@ Parsed<NativeGenerateRequest> parse_generate(const json& o, const ModelLimits& m
                       base.logprob_start_len));
   KV_API_TRY(read_int(o, "top_logprobs_num", 0, 20, base.sampling.top_logprobs_num));
   if (base.sampling.return_logprob && base.logprob_start_len < 0) base.logprob_start_len = -1;
+  KV_API_TRY(read_disagg(o, base.disagg));
   const bool has_text = o.contains("text") && !o["text"].is_null();
   const bool has_ids = o.contains("input_ids") && !o["input_ids"].is_null();
   if (has_text == has_ids) return bad_request("give exactly one of 'text' and 'input_ids'");
@@ -402,6 +439,7 @@ Parsed<NativeGenerateRequest> parse_generate(const json& o, const ModelLimits& m
       sp_it != o.end() && sp_it->is_object() && sp_it->contains("max_new_tokens");
   for (const auto& g : req.items)
     KV_API_TRY(check_fits(g, m, max_given, "max_new_tokens"));
+  KV_API_TRY(one_sequence_per_room(base.disagg, req.items.size()));
   if (const auto it = o.find("rid"); it != o.end() && !it->is_null()) {
     if (it->is_string()) {
       req.rids = {it->get<std::string>()};
@@ -431,6 +469,7 @@ Parsed<CompletionRequest> parse_completion(const json& o, const ModelLimits& m) 
   KV_API_TRY(read_sampling(o, "max_tokens", base.sampling, base.stop, base.skip_special_tokens,
                            m.vocab_size));
   KV_API_TRY(read_int(o, "n", 1, 128, req.n));
+  KV_API_TRY(read_disagg(o, base.disagg));
   KV_API_TRY(read_bool(o, "stream", req.stream));
   KV_API_TRY(read_bool(o, "echo", req.echo));
   KV_API_TRY(read_int(o, "logprobs", 0, 5, req.logprobs));
@@ -494,6 +533,7 @@ Parsed<CompletionRequest> parse_completion(const json& o, const ModelLimits& m) 
   if (req.prompts.size() * static_cast<size_t>(req.n) > 1024) {
     return bad_request("at most 1024 completions per request (prompts x n)", "n");
   }
+  KV_API_TRY(one_sequence_per_room(base.disagg, req.prompts.size() * static_cast<size_t>(req.n)));
   return req;
 }
 
@@ -514,6 +554,8 @@ Parsed<ChatCompletionRequest> parse_chat_completion(const json& o, const ModelLi
   KV_API_TRY(read_int(o, "max_completion_tokens", 0, std::numeric_limits<int32_t>::max(),
                       g.sampling.max_new_tokens));
   KV_API_TRY(read_int(o, "n", 1, 128, req.n));
+  KV_API_TRY(read_disagg(o, g.disagg));
+  KV_API_TRY(one_sequence_per_room(g.disagg, static_cast<size_t>(req.n)));
   KV_API_TRY(read_bool(o, "stream", req.stream));
   KV_API_TRY(read_bool(o, "logprobs", req.logprobs));
   KV_API_TRY(read_int(o, "top_logprobs", 0, 20, req.top_logprobs));

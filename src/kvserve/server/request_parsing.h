@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvserve/checkpoint/config.h"
+#include "kvserve/engine/disagg_target.h"
 #include "kvserve/engine/sampling_params.h"
 #include "kvserve/server/errors.h"
 #include "kvserve/tokenizer/chat_template.h"
@@ -42,6 +43,9 @@ struct GenerationSpec {
   std::vector<std::string> stop;
   int32_t logprob_start_len = -1;
   bool skip_special_tokens = true;
+  // Disaggregated serving (docs/disaggregation.md): bootstrap_host, bootstrap_port and
+  // bootstrap_room as SGLang's router sends them; one sequence per room.
+  std::optional<engine::DisaggTarget> disagg;
 };
 
 struct NativeGenerateRequest {

@@ -41,6 +41,14 @@ void build_kv_indices(const ops::BuildKvIndicesParams& /*params*/, StreamHandle 
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
+void kv_staging(const ops::KvStagingParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void copy_runs(const ops::CopyRunsParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
 void embedding(const ops::EmbeddingParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
@@ -109,3 +117,20 @@ int multiprocessor_count() {
 }
 
 }  // namespace kvserve::platform::cuda
+
+// CUDA IPC (platform/device_ipc.h): nothing to share without CUDA.
+#include "kvserve/platform/device_ipc.h"
+
+namespace kvserve::platform {
+
+Result<DeviceIpcHandle> export_device_memory(void* /*ptr*/) {
+  return unavailable("CUDA IPC: this build has no CUDA");
+}
+
+Result<void*> open_device_memory(const DeviceIpcHandle& /*handle*/) {
+  return unavailable("CUDA IPC: this build has no CUDA");
+}
+
+void close_device_memory(void* /*opened*/, const DeviceIpcHandle& /*handle*/) {}
+
+}  // namespace kvserve::platform

@@ -4,7 +4,9 @@
 #pragma once
 
 #include "kvserve/platform/handles.h"
+#include "kvserve/platform/ops/copy_runs_params.h"
 #include "kvserve/platform/ops/gemm_params.h"
+#include "kvserve/platform/ops/kv_staging_params.h"
 #include "kvserve/platform/ops/kv_store_params.h"
 #include "kvserve/platform/ops/layer_ops_params.h"
 #include "kvserve/platform/ops/paged_decode_params.h"
@@ -26,6 +28,10 @@ int multiprocessor_count();
 // The device mirror of req_to_token (req_to_token.cu): one block per request.
 void write_req_to_token(const ops::WriteReqToTokenParams& params, StreamHandle stream);
 void build_kv_indices(const ops::BuildKvIndicesParams& params, StreamHandle stream);
+
+// KV transfer (kv_staging.cu): staging gather / scatter, and a batch of byte copies in one launch.
+void kv_staging(const ops::KvStagingParams& params, StreamHandle stream);
+void copy_runs(const ops::CopyRunsParams& params, StreamHandle stream);
 
 // Decoder-layer ops (layer_ops.cu), bf16 or f32 activations, f32 arithmetic.
 void embedding(const ops::EmbeddingParams& params, StreamHandle stream);

@@ -1,0 +1,38 @@
+#include "kvserve/pd/layout.h"
+
+#include <fmt/format.h>
+
+namespace kvserve::pd {
+
+Status check_compatible(const KvLayout& prefill, const KvLayout& decode) {
+  std::vector<std::string> bad;
+  auto cmp = [&](const char* what, const auto& p, const auto& d) {
+    if (p != d) bad.push_back(fmt::format("{} {} (prefill) vs {} (decode)", what, p, d));
+  };
+  cmp("model", prefill.model, decode.model);
+  cmp("page size", prefill.page_size, decode.page_size);
+  cmp("KV dtype", prefill.kv_dtype, decode.kv_dtype);
+  cmp("layers", prefill.num_layers, decode.num_layers);
+  cmp("KV heads", prefill.num_kv_heads, decode.num_kv_heads);
+  cmp("head dim", prefill.head_dim, decode.head_dim);
+  cmp("TP size", prefill.tp_size, decode.tp_size);
+  if (prefill.tp_size != 1 || decode.tp_size != 1) {
+    bad.push_back("tensor-parallel KV (TP size above 1) is not supported");
+  }
+  const auto buffers = static_cast<size_t>(2 * decode.num_layers);
+  if (decode.buffer_offsets.size() != buffers || prefill.buffer_offsets.size() != buffers) {
+    bad.push_back(fmt::format("{} buffer offsets (prefill) and {} (decode) for {} layers",
+                              prefill.buffer_offsets.size(), decode.buffer_offsets.size(),
+                              decode.num_layers));
+  }
+  if (bad.empty() && prefill.page_bytes != decode.page_bytes) {
+    bad.push_back(fmt::format("page bytes {} (prefill) vs {} (decode)", prefill.page_bytes,
+                              decode.page_bytes));
+  }
+  if (bad.empty()) return Status::ok();
+  return make_status(StatusCode::kInvalidArgument,
+                     "the prefill and decode servers' KV layouts cannot be bridged: {}",
+                     fmt::join(bad, "; "));
+}
+
+}  // namespace kvserve::pd

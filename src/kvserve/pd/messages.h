@@ -1,0 +1,68 @@
+// The control plane's messages between a decode server and a prefill server (one JSON object per
+// ZeroMQ message; docs/disaggregation.md has the protocol):
+//
+//   decode -> prefill   kRegister   its id, KV layout and transport region descriptor (once per
+//                                   peer and again after the peer was lost)
+//                       kMeta       a request's room and the destination pages it pre-allocated
+//                       kAbort      give up a room; the prefill answers kAbortAck once none of
+//                                   its writes to that room can still land
+//                       kPing       heartbeat
+//   prefill -> decode   kRegistered the handshake's answer: accepted, or refused with a reason
+//                       kDone       every write of the room is visible at the decode side; carries
+//                                   the first sampled token and its logprob (the auxiliary data)
+//                       kFailed     the room failed at the prefill; no write of it is in flight
+//                       kAbortAck   answer to kAbort (same guarantee as kFailed)
+//                       kPong       heartbeat answer
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvserve/core/status.h"
+#include "kvserve/pd/layout.h"
+
+namespace kvserve::pd {
+
+enum class MsgType : int8_t {
+  kRegister,
+  kRegistered,
+  kMeta,
+  kDone,
+  kFailed,
+  kAbort,
+  kAbortAck,
+  kPing,
+  kPong,
+};
+
+std::string_view msg_type_name(MsgType t);
+
+// The transport's descriptor of a registered memory region (disagg/kv_transport.h's
+// RegionDescriptor), carried opaquely.
+struct RegionInfo {
+  std::string backend;
+  std::string blob;  // binary
+  uint64_t bytes = 0;
+};
+
+struct Message {
+  MsgType type = MsgType::kPing;
+  uint64_t room = 0;
+  std::string sender;          // kRegister: the decode server's id
+  std::string reason;          // kRegistered (refused), kFailed, kAbort
+  bool ok = false;             // kRegistered
+  KvLayout layout;             // kRegister, kRegistered
+  RegionInfo region;           // kRegister
+  std::vector<int32_t> pages;  // kMeta: destination page ids, in row order
+  int32_t num_tokens = 0;      // kMeta: the prompt's length the pages hold
+  int32_t token = -1;          // kDone
+  float logprob = 0;           // kDone
+  uint64_t seq = 0;            // kPing / kPong
+};
+
+std::string encode(const Message& m);
+// kInvalidArgument naming what is wrong with a malformed message.
+Result<Message> decode(std::string_view bytes);
+
+}  // namespace kvserve::pd

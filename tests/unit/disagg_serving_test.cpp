@@ -1,0 +1,91 @@
+// Prefill/decode disaggregation inside one process: a prefill Engine and a decode Engine on the
+// demo model, KV moved by the loopback transport, control messages over ZeroMQ on localhost.
+// References: a third Engine serving the same requests alone (greedy and seeded outputs must be
+// equal token for token), and serial answers for concurrent requests. Failures (aborts in every
+// state, injected transfer failures and losses, timeouts, a prefill server gone) must end every
+// request within its timeout, bring the decode server's memory back to idle with no invariant
+// violation, and leave it serving.
+#include "unit/disagg_engines.h"
+
+namespace kvserve::engine {
+namespace {
+
+const char* kPrompts[] = {
+    "The old lighthouse keeper looked at the sea and said",
+    "Once upon a time, in a village by the river, there lived a baker who",
+    "Q: What is the best way to learn to cook?\nA:",
+    "A fortune for today: you will find",
+};
+
+class DisaggServingTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(DisaggServingTest, GreedyAndSeededOutputsEqualASingleServer) {
+  const Shape shape = GetParam();
+  auto single = make(options(DisaggMode::kNone, shape));
+  auto prefill = make(options(DisaggMode::kPrefill, shape));
+  auto decode = make(options(DisaggMode::kDecode, shape));
+  ASSERT_TRUE(single && prefill && decode);
+  for (const std::optional<uint64_t> seed :
+       {std::optional<uint64_t>{}, std::optional<uint64_t>{7}}) {
+    for (const char* text : kPrompts) {
+      SCOPED_TRACE(testing::Message() << text << (seed ? " seeded" : " greedy"));
+      const SubmitRequest req = request(*single, text, 20, seed);
+      const Outcome want = collect(*submit(*single, req));
+      Pair pair = submit_pair(*prefill, *decode, req);
+      const Outcome got = collect(*pair.decode);
+      const Outcome first = collect(*pair.prefill);
+      ASSERT_TRUE(got.all.finished);
+      EXPECT_EQ(got.all.finish.kind, FinishKind::kLength) << got.all.finish.message;
+      EXPECT_EQ(got.all.token_ids, want.all.token_ids);
+      // The prefill half answers with the first token once its KV reached the decode side.
+      ASSERT_EQ(first.all.token_ids.size(), 1u) << first.all.finish.message;
+      EXPECT_EQ(first.all.token_ids[0], want.all.token_ids[0]);
+    }
+  }
+  const EngineStatus ps = prefill->status();
+  EXPECT_EQ(ps.disagg.succeeded, 8);
+  EXPECT_GT(ps.disagg.transfer_bytes, 0);
+  EXPECT_EQ(ps.disagg.transfer_failures, 0);
+  EXPECT_EQ(decode->status().disagg.succeeded, 8);
+  EXPECT_TRUE(wait_idle(*decode, 5));
+  EXPECT_TRUE(wait_idle(*prefill, 5));
+}
+
+TEST_P(DisaggServingTest, SixteenConcurrentSharedPrefixRequestsEqualSerialAnswers) {
+  const Shape shape = GetParam();
+  auto single = make(options(DisaggMode::kNone, shape));
+  auto prefill = make(options(DisaggMode::kPrefill, shape));
+  auto decode = make(options(DisaggMode::kDecode, shape));
+  ASSERT_TRUE(single && prefill && decode);
+  const std::string system =
+      "You are a helpful assistant who answers briefly and kindly, with a fortune at the end. ";
+  std::vector<SubmitRequest> reqs;
+  std::vector<std::vector<int32_t>> serial;
+  for (int i = 0; i < 16; ++i) {
+    const std::string text = system + (i % 2 ? "Tell me about " : "Write a line on ") +
+                             kPrompts[i % 4] + " number " + std::to_string(i);
+    reqs.push_back(
+        request(*single, text, 12, i % 3 == 0 ? std::optional<uint64_t>(100 + i) : std::nullopt));
+    serial.push_back(collect(*submit(*single, reqs.back())).all.token_ids);
+  }
+  std::vector<Pair> pairs;
+  for (const SubmitRequest& r : reqs)
+    pairs.push_back(submit_pair(*prefill, *decode, r));
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const Outcome got = collect(*pairs[i].decode);
+    EXPECT_EQ(got.all.finish.kind, FinishKind::kLength) << i << ": " << got.all.finish.message;
+    EXPECT_EQ(got.all.token_ids, serial[i]) << "request " << i;
+    collect(*pairs[i].prefill);
+  }
+  EXPECT_TRUE(wait_idle(*decode, 5));
+  EXPECT_TRUE(wait_idle(*prefill, 5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Pages, DisaggServingTest, ::testing::Values(Shape{1, 8192}, Shape{16, 32}),
+                         [](const auto& param_info) {
+                           return fmt::format("page{}_chunk{}", param_info.param.page_size,
+                                              param_info.param.chunked_prefill_size);
+                         });
+
+}  // namespace
+}  // namespace kvserve::engine
