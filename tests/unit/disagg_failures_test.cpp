@@ -197,8 +197,11 @@ TEST(DisaggFailuresTest, InjectedFailuresEndEveryRequestAndTheRestAnswerRight) {
   faults.seed = 11;
   auto single = make(options(DisaggMode::kNone, kPage1));
   // Timeouts long enough that, on a loaded machine, only the injected faults fail requests.
-  auto prefill = make(fast(DisaggMode::kPrefill, faults, /*timeout_s=*/30));
-  auto decode = make(fast(DisaggMode::kDecode, {}, /*timeout_s=*/30));
+  EngineOptions p = fast(DisaggMode::kPrefill, faults, /*timeout_s=*/30);
+  EngineOptions d = fast(DisaggMode::kDecode, {}, /*timeout_s=*/30);
+  p.disagg.heartbeat_timeout_s = d.disagg.heartbeat_timeout_s = 10;
+  auto prefill = make(p);
+  auto decode = make(d);
   ASSERT_TRUE(single && prefill && decode);
   std::vector<SubmitRequest> reqs;
   std::vector<std::vector<int32_t>> want;
