@@ -196,8 +196,12 @@ TEST(DisaggFailuresTest, InjectedFailuresEndEveryRequestAndTheRestAnswerRight) {
   faults.fail_probability = 0.5;
   faults.seed = 11;
   auto single = make(options(DisaggMode::kNone, kPage1));
-  auto prefill = make(fast(DisaggMode::kPrefill, faults));
-  auto decode = make(fast(DisaggMode::kDecode));
+  // Timeouts long enough that, on a loaded machine, only the injected faults fail requests.
+  EngineOptions p = fast(DisaggMode::kPrefill, faults, /*timeout_s=*/30);
+  EngineOptions d = fast(DisaggMode::kDecode, {}, /*timeout_s=*/30);
+  p.disagg.heartbeat_timeout_s = d.disagg.heartbeat_timeout_s = 10;
+  auto prefill = make(p);
+  auto decode = make(d);
   ASSERT_TRUE(single && prefill && decode);
   std::vector<SubmitRequest> reqs;
   std::vector<std::vector<int32_t>> want;
@@ -209,14 +213,14 @@ TEST(DisaggFailuresTest, InjectedFailuresEndEveryRequestAndTheRestAnswerRight) {
   }
   int errors = 0;
   for (size_t i = 0; i < pairs.size(); ++i) {
-    const Outcome out = collect(*pairs[i].decode, milliseconds(5000));
+    const Outcome out = collect(*pairs[i].decode, milliseconds(30000));
     ASSERT_TRUE(out.all.finished) << i;
     if (out.all.finish.kind == FinishKind::kError) {
       ++errors;
     } else {
       EXPECT_EQ(out.all.token_ids, want[i]) << i;
     }
-    collect(*pairs[i].prefill, milliseconds(5000));
+    collect(*pairs[i].prefill, milliseconds(30000));
   }
   EXPECT_GT(errors, 0);
   EXPECT_LT(errors, 8);

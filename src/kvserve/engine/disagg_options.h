@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,6 +53,9 @@ struct DisaggContext {
   pd::KvLayout layout;                        // this side's
   std::unique_ptr<pd::ControlServer> server;  // prefill
   std::string id;                             // decode: its identity towards prefill servers
+  // Prefill: waits until the KV the last forward wrote is in memory (the runner's stream),
+  // before a transfer reads it. Null: nothing to wait for.
+  std::function<void()> kv_written;
 };
 
 // Counters of one server's KV hand-offs (/metrics, /get_server_info).

@@ -230,6 +230,7 @@ void PrefillDisagg::push_pages(Room& room, Req& r, int32_t end_page) {
   }
   Result<std::vector<disagg::WriteOp>> ops =
       disagg::merge_runs(src, dst, local_region_, region_of(peer.layout));
+  if (ops.is_ok() && ctx_.kv_written) ctx_.kv_written();
   Result<disagg::TransferId> posted =
       ops.is_ok() ? ctx_.transport->post(peer.transport_peer, ops.value()) : ops.status();
   if (!posted.is_ok()) {

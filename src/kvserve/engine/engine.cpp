@@ -163,6 +163,9 @@ Status Engine::init_disaggregation() {
   ctx.options = o;
   KV_ASSIGN_OR_RETURN(ctx.region, transport_->register_region(base, end, pool.platform().device()));
   ctx.transport = transport_.get();
+  // A forward's KV writes are queued on the runner's stream (the platform's current one): a
+  // transfer must not read the slots before they land.
+  ctx.kv_written = [p = &runner_->platform()] { p->synchronize_stream({}); };
   const disagg::KvRegionLayout region = disagg::kv_region_layout(buffers, base);
   pd::KvLayout& l = ctx.layout;
   l.page_size = pool.config().page_size;

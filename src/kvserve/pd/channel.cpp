@@ -37,6 +37,9 @@ Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& ho
     configure(impl->socket);
     // A reply to a peer that is gone fails instead of vanishing silently.
     impl->socket.set(zmq::sockopt::router_mandatory, 1);
+    // A decode server that reconnects under the same identity (its old connection not yet torn
+    // down here) takes the identity over instead of being ignored.
+    impl->socket.set(zmq::sockopt::router_handover, 1);
     const std::string bind_host = host.empty() || host == "0.0.0.0" ? "*" : host;
     impl->socket.bind(port == 0 ? fmt::format("tcp://{}:*", bind_host)
                                 : fmt::format("tcp://{}:{}", bind_host, port));
