@@ -81,11 +81,10 @@ double round_to_bf16(double x) {
   return out;
 }
 
-// One transfer through the staging buffer: gather on `src`, one write over a loopback transport,
-// scatter on `dst`.
-void stage_over_loopback(KvStager& src, KvStager& dst, std::span<const int32_t> src_slots,
-                         std::span<const int32_t> dst_slots) {
-  TransportOptions o;
+// One transfer through the staging buffer: gather on `src`, one write over a transport (loopback
+// unless `o` says otherwise), scatter on `dst`.
+void stage_over(KvStager& src, KvStager& dst, std::span<const int32_t> src_slots,
+                std::span<const int32_t> dst_slots, const TransportOptions& o = {}) {
   auto sender = create_kv_transport(o).value();
   auto receiver = create_kv_transport(o).value();
   ASSERT_TRUE(
@@ -113,8 +112,9 @@ void stage_over_loopback(KvStager& src, KvStager& dst, std::span<const int32_t> 
 }
 
 // Prefill page size 16 -> decode page sizes 1 and 64 (and 16), bf16 both sides: every byte of
-// the decode pool equals the naive token-by-token copy into a snapshot of it.
-TEST(KvStaging, PageSize16ToDecodePageSizesByteForByte) {
+// the decode pool equals the naive token-by-token copy into a snapshot of it. Over loopback, and
+// over UCX (tcp, two transports of this process: the staging regions registered with UCP).
+void page_size_16_to_decode_pages(const TransportOptions& transport) {
   auto p = cpu_platform();
   for (const int32_t decode_page : {1, 16, 64}) {
     const uint64_t seed = 3000 + decode_page;
@@ -152,9 +152,20 @@ TEST(KvStaging, PageSize16ToDecodePageSizesByteForByte) {
     // Chunks of 128 tokens: three gathers, three bulk writes, three scatters.
     auto src = KvStager::create(*prefill, format, 0, 128, StagingMemory::kDevice).value();
     auto dst = KvStager::create(*decode, format, 0, 128, StagingMemory::kDevice).value();
-    stage_over_loopback(*src, *dst, src_slots, dst_slots);
+    stage_over(*src, *dst, src_slots, dst_slots, transport);
     EXPECT_EQ(0, std::memcmp(expected.data(), dr.base, dr.bytes));
   }
+}
+
+TEST(KvStaging, PageSize16ToDecodePageSizesByteForByte) {
+  page_size_16_to_decode_pages(TransportOptions{});
+}
+
+TEST(KvStaging, PageSize16ToDecodePageSizesOverUcxTcp) {
+  TransportOptions o;
+  o.kind = TransportKind::kUcx;
+  o.ucx_transports = "tcp";
+  page_size_16_to_decode_pages(o);
 }
 
 // f32 prefill -> bf16 staging -> bf16 decode: each value rounded once to nearest even; and bf16
@@ -180,7 +191,7 @@ TEST(KvStaging, DtypeConversionsValueForValue) {
     const StagingFormat format{3, 2, 8, DType::kBF16};
     auto src = KvStager::create(*prefill, format, 0, 64, StagingMemory::kDevice).value();
     auto dst = KvStager::create(*decode, format, 0, 64, StagingMemory::kPinnedHost).value();
-    stage_over_loopback(*src, *dst, src_slots, dst_slots);
+    stage_over(*src, *dst, src_slots, dst_slots);
     int64_t checked = 0;
     for (int32_t layer = 0; layer < 3; ++layer) {
       for (const bool v : {false, true}) {
@@ -217,7 +228,7 @@ TEST(KvStaging, HeadSlicesGoToTheirRanks) {
     const auto dst_slots = token_slots(tokens, 1, 200, rng);
     auto src = KvStager::create(*prefill, format, 2 * rank, 128, StagingMemory::kDevice).value();
     auto dst = KvStager::create(*decode, format, 0, 128, StagingMemory::kDevice).value();
-    stage_over_loopback(*src, *dst, src_slots, dst_slots);
+    stage_over(*src, *dst, src_slots, dst_slots);
     for (int32_t layer = 0; layer < 3; ++layer) {
       for (const bool v : {false, true}) {
         for (int64_t t = 0; t < tokens; ++t) {

@@ -60,7 +60,8 @@ class KvStager {
   // that marks the staging region filled: the ready event of the transfer's post. The first
   // format().bytes(slots.size()) bytes of the region are the chunk. kInvalidArgument for more
   // slots than max_tokens or a slot outside the pool. One chunk at a time: a call waits for the
-  // stager's previous one.
+  // stager's previous one, and the caller gathers the next chunk only after the transfer of this
+  // one has ended (the region and the returned event are reused).
   Result<platform::EventHandle> gather(std::span<const int32_t> slots,
                                        platform::EventHandle after = {});
   // Queues the scatter of the staging region's first slots.size() tokens into `slots`, after

@@ -148,7 +148,8 @@ class KvTransport {
   // (an event on the stream that produced them; a null handle: they are ready now): the forward
   // that wrote the KV need not be waited for on the caller's thread. Every op must lie inside
   // both regions (kInvalidArgument otherwise, nothing started); an unknown or failed peer is
-  // kUnavailable. The local source must stay unchanged until the transfer ends.
+  // kUnavailable. The local source must stay unchanged, and `ready` neither re-recorded nor
+  // destroyed, until the transfer ends.
   virtual Result<TransferId> post(PeerId peer, std::span<const WriteOp> ops,
                                   platform::EventHandle ready = {}) = 0;
 
