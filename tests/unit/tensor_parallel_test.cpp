@@ -207,9 +207,11 @@ TEST(TensorParallel, GenerateAndBenchOneBatchTakeTpSize) {
   EXPECT_NE(three.output.find("--tp-size 3"), std::string::npos) << three.output;
   const auto bench = run_kvserve("--log-level error bench-one-batch --model-path " + model +
                                  " --batch-size 2 --input-len 16 --output-len 4 "
-                                 "--max-total-tokens 2048 --tp-size 2");
+                                 "--max-total-tokens 2048 --tp-size 2 --result-filename " +
+                                 (dir / "result.jsonl").string());
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   EXPECT_NE(bench.output.find("Decode"), std::string::npos) << bench.output;
+  EXPECT_NE(testing::read_file(dir / "result.jsonl").find("\"batch_size\""), std::string::npos);
 }
 
 TEST(TensorParallel, AWorkerThatDiesFailsTheForwardNotHangs) {
