@@ -146,6 +146,26 @@ TEST_P(OracleTest, LogitsAndGreedyMatchTransformers) {
   }
 }
 
+// The shortest prompt (one token) as the first forward of a fresh runner: per-forward buffers sized
+// from the batch (the length-dependent ropes' per-token frequency rows) must grow from nothing for
+// a single token (an empty buffer once passed for big enough and the forward wrote through null).
+TEST_P(OracleTest, OneTokenPromptAsAFreshRunnersFirstForward) {
+  const fs::path dir = oracle_dir() / GetParam();
+  const Expected want = load_expected(dir);
+  size_t shortest = 0;
+  for (size_t i = 1; i < want.prompts.size(); ++i) {
+    if (want.prompts[i].size() < want.prompts[shortest].size()) shortest = i;
+  }
+  for (const char* backend : {"native", "cpu"}) {
+    auto r = make_runner(dir, 16, backend);
+    ASSERT_TRUE(r);
+    const auto logits = prefill_logits(*r, {want.prompts[shortest]});
+    EXPECT_LT(max_abs_diff(logits[0], want.last_logits[shortest]), 1e-4)
+        << backend << ": prompt " << shortest << " of " << want.prompts[shortest].size()
+        << " tokens";
+  }
+}
+
 // Every page size and backend, batched or one at a time, with or without prefix reuse: the same
 // greedy tokens, and logits within 1e-5 of the reference configuration (Gemma: 3e-5).
 TEST_P(OracleTest, PageSizesBackendsBatchingAndPrefixReuseAgree) {

@@ -332,7 +332,7 @@ Result<mem::DeviceBatchInts> CausalLM::upload_eager(const mem::ForwardBatch& bat
       const int32_t row = ropes_.front().row_for(batch.seq_lens[b]);
       std::fill_n(host_rope_rows_.begin() + batch.extend_start_loc[b], batch.extend_lens[b], row);
     }
-    if (rope_rows_.numel() < n) {
+    if (rope_rows_.empty() || rope_rows_.numel() < n) {  // an empty Tensor's numel() is 1
       rope_rows_ = Tensor();
       auto grown = platform_.empty(DType::kI32, {n});
       if (!grown.is_ok()) {

@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(kThreads)
   const int split = blockIdx.z;
   const int lane = threadIdx.x % kLanes;
   const int grp = threadIdx.x / kLanes;
-  const bool lane_on = lane < HEAD_DIM / kVec;  // a lane of the row (not padding)
+  // A lane of the row (not padding); a compile-time true when the row fills its lane group.
+  constexpr bool kNoPadding = kLanes == HEAD_DIM / kVec;
+  const bool lane_on = kNoPadding || lane < HEAD_DIM / kVec;
   const int seq = p.seq_lens[b];
   // The positions this query reads: [lo, seq) (the window's, or all), cut into the splits.
   const int lo = ops::window_first(seq, p.window_left);
@@ -154,10 +156,11 @@ __global__ void __launch_bounds__(kThreads)
 
   // The loop bounds are the same for every thread (warp-uniform): the lanes of other token
   // groups in this warp must reach the shuffles too, so a token past the end is masked, not
-  // skipped. The loop is instantiated with and without soft-capping and chosen once, so the loop
-  // without a cap has no branch per score.
-  auto token_loop = [&](auto capped_tag) {
+  // skipped. The loop is instantiated with and without soft-capping and for paged or contiguous
+  // K/V, chosen once per block, so the common loop has no branch per score or per token.
+  auto token_loop = [&](auto capped_tag, auto paged_tag) {
     constexpr bool kCapped = decltype(capped_tag)::value;
+    constexpr bool kPaged = decltype(paged_tag)::value;
     for (int base = begin; base < end; base += kGroups * kUnroll) {
       // Issue every load of kUnroll tokens before using any of them.
       LaneRaw<KV> kraw[kUnroll], vraw[kUnroll];
@@ -167,10 +170,12 @@ __global__ void __launch_bounds__(kThreads)
         kraw[u] = zero_raw<KV>();
         vraw[u] = zero_raw<KV>();
         if (t < end && lane_on) {
-          const int64_t slot =
-              pages == nullptr
-                  ? int64_t{first} + t
-                  : (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
+          int64_t slot;
+          if constexpr (kPaged) {
+            slot = (static_cast<int64_t>(pages[t >> page_shift]) << page_shift) | (t & page_mask);
+          } else {
+            slot = int64_t{first} + t;
+          }
           kraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(kc + slot * row + col));
           vraw[u] = __ldg(reinterpret_cast<const LaneRaw<KV>*>(vc + slot * row + col));
         }
@@ -205,10 +210,16 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
-  if (capped) {
-    token_loop(std::true_type{});
+  if (pages != nullptr) {
+    if (capped) {
+      token_loop(std::true_type{}, std::true_type{});
+    } else {
+      token_loop(std::false_type{}, std::true_type{});
+    }
+  } else if (capped) {
+    token_loop(std::true_type{}, std::false_type{});
   } else {
-    token_loop(std::false_type{});
+    token_loop(std::false_type{}, std::false_type{});
   }
 
   // Merge the token groups of the block.
