@@ -30,8 +30,7 @@ int main(int argc, char** argv) {
       add_serve_command(app),           add_bench_serving_command(app),
       add_bench_one_batch_command(app), add_bench_attention_command(app),
       add_transcribe_command(app),      add_supported_models_command(app),
-      add_tp_worker_command(app),
-      add_router_command(app),
+      add_tp_worker_command(app),       add_router_command(app),
   };
 
   try {
