@@ -31,6 +31,7 @@
 #include "kvserve/platform/platform.h"
 #include "support/logits_agreement.h"
 #include "support/model_session.h"
+#include "support/oracle_fixtures.h"
 #include "support/typed_options.h"
 
 namespace kvserve {
@@ -42,34 +43,13 @@ bool have_cuda() {
   return platform::create_platform(Device{DeviceKind::kCuda, 0}).is_ok();
 }
 
-fs::path oracle_dir() {
-  if (const char* d = std::getenv("KVSERVE_ORACLE_DIR")) return d;
-  return fs::path(KVSERVE_FIXTURES_DIR) / "oracle";
-}
-
+using test_support::oracle_dir;
+using Expected = test_support::OracleExpected;
 std::vector<std::string> fixture_names() {
-  std::vector<std::string> names;
-  if (fs::exists(oracle_dir())) {
-    for (const auto& e : fs::directory_iterator(oracle_dir())) {
-      if (fs::exists(e.path() / "expected.json")) names.push_back(e.path().filename().string());
-    }
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+  return test_support::oracle_fixture_names();
 }
-
-struct Expected {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<float>> last_logits;
-  std::vector<std::vector<int32_t>> greedy;
-};
-
 Expected load_expected(const fs::path& dir) {
-  std::ifstream in(dir / "expected.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
-  return {j["prompts"].get<std::vector<std::vector<int32_t>>>(),
-          j["last_logits"].get<std::vector<std::vector<float>>>(),
-          j["greedy"].get<std::vector<std::vector<int32_t>>>()};
+  return test_support::load_oracle_expected(dir);
 }
 
 Result<std::unique_ptr<model::ModelRunner>> make_runner(const fs::path& dir,
