@@ -307,6 +307,44 @@ TEST(BenchReader, SglangCumulativeChunks) {
   EXPECT_DOUBLE_EQ(out.latency, 1.75);  // the [DONE] event
 }
 
+// A stream whose first tokens have no text yet (a detokenizer holding back incomplete UTF-8):
+// TTFT counts from the first text, as SGLang's bench_serving does; the first token chunk and the
+// tokens before the text tell the two apart.
+TEST(BenchReader, SglangTokensBeforeText) {
+  RequestOutput out;
+  out.start_time = 1.0;
+  ResponseReader r(Backend::kSglang, true, 99, out);
+  r.on_bytes(sglang_chunk("", 0), 1.05);  // no token yet
+  r.on_bytes(sglang_chunk("", 1), 1.1);   // a token, no text
+  r.on_bytes(sglang_chunk("", 3), 1.3);
+  r.on_bytes(sglang_chunk("\u00e9", 4), 1.4);
+  r.on_bytes(sglang_chunk("\u00e9x", 5, true), 1.5);
+  r.on_bytes("data: [DONE]\n\n", 1.5);
+  r.finish(1.5);
+  ASSERT_TRUE(out.success) << out.error;
+  EXPECT_NEAR(out.first_token_chunk, 0.1, 1e-12);
+  EXPECT_NEAR(out.ttft, 0.4, 1e-12);
+  EXPECT_EQ(out.tokens_before_text, 3);
+  EXPECT_EQ(out.itl.size(), 1u);
+
+  RequestOutput plain;  // text from the first token on
+  ResponseReader p(Backend::kSglang, true, 99, plain);
+  p.on_bytes(sglang_chunk("A", 1), 0.2);
+  p.on_bytes(sglang_chunk("AB", 2, true), 0.3);
+  p.finish(0.3);
+  EXPECT_DOUBLE_EQ(plain.first_token_chunk, 0.2);
+  EXPECT_EQ(plain.tokens_before_text, 0);
+
+  RequestOutput a = out, b = plain;
+  a.success = b.success = true;
+  const std::vector<RequestOutput> both = {a, b};
+  const BenchmarkMetrics m = calculate_metrics(both, 1.0);
+  EXPECT_EQ(m.token_chunk_requests, 2);
+  EXPECT_DOUBLE_EQ(m.mean_tokens_before_text, 1.5);
+  EXPECT_NEAR(m.first_token_chunk.mean_ms, 150, 1e-9);
+  EXPECT_NE(format_report(m, {}).find("Mean tokens before text:"), std::string::npos);
+}
+
 TEST(BenchReader, OpenAiDeltasAndUsage) {
   RequestOutput out;
   out.start_time = 1.0;

@@ -201,8 +201,14 @@ void ResponseReader::on_sglang_chunk(const json& chunk, double now) {
   auto text = chunk.find("text");
   const bool has_text =
       text != chunk.end() && text->is_string() && !text->get_ref<const std::string&>().empty();
+  if (!first_text_seen_ && out_.first_token_chunk < 0 && completion.value_or(1) > 0) {
+    out_.first_token_chunk = now - out_.start_time;
+  }
   if (!has_text) {
-    if (completion.has_value()) out_.output_len = *completion;
+    if (completion.has_value()) {
+      out_.output_len = *completion;
+      if (!first_text_seen_) out_.tokens_before_text = *completion;
+    }
     return;
   }
   out_.generated_text = text->get<std::string>();  // cumulative

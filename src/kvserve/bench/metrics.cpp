@@ -93,7 +93,8 @@ BenchmarkMetrics calculate_metrics(std::span<const RequestOutput> outputs, doubl
            "{} retokenized lengths for {} outputs", retokenized_lens.size(), outputs.size());
   BenchmarkMetrics m;
   m.duration_s = duration_s;
-  std::vector<double> e2e, ttft, tpot, itl;
+  std::vector<double> e2e, ttft, tpot, itl, first_chunk;
+  int64_t tokens_before_text = 0;
   int64_t retokenized = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const RequestOutput& o = outputs[i];
@@ -108,6 +109,10 @@ BenchmarkMetrics calculate_metrics(std::span<const RequestOutput> outputs, doubl
     if (o.output_len > 1) tpot.push_back((o.latency - o.ttft) / (o.output_len - 1));
     itl.insert(itl.end(), o.itl.begin(), o.itl.end());
     ttft.push_back(o.ttft);
+    if (o.first_token_chunk >= 0) {
+      first_chunk.push_back(o.first_token_chunk);
+      tokens_before_text += o.tokens_before_text;
+    }
     e2e.push_back(o.latency);
   }
   if (!retokenized_lens.empty()) m.total_output_retokenized = retokenized;
@@ -123,6 +128,12 @@ BenchmarkMetrics calculate_metrics(std::span<const RequestOutput> outputs, doubl
   m.ttft = latency_stats(ttft);
   m.tpot = latency_stats(tpot);
   m.itl = latency_stats(itl);
+  m.token_chunk_requests = static_cast<int32_t>(first_chunk.size());
+  m.first_token_chunk = latency_stats(first_chunk);
+  if (!first_chunk.empty()) {
+    m.mean_tokens_before_text =
+        static_cast<double>(tokens_before_text) / static_cast<double>(first_chunk.size());
+  }
   return m;
 }
 

@@ -21,9 +21,14 @@ struct RequestOutput {
   double start_time = 0.0;     // when it was sent, seconds since the benchmark started
   double latency = 0.0;        // E2E: from sending to the last event of the response
   double ttft = 0.0;           // time to the first chunk with text
-  std::vector<double> itl;     // inter-token latencies after the first chunk, one per token
-  int32_t prompt_len = 0;      // the dataset's prompt length
-  int32_t output_len = 0;      // the server's completion_tokens (else the requested length)
+  // SGLang's native stream only (its chunks carry completion_tokens even while the text is still
+  // held back, e.g. incomplete UTF-8): time to the first chunk with a token, text or not (-1:
+  // not known), and the tokens of the chunks without text before the first text.
+  double first_token_chunk = -1.0;
+  int32_t tokens_before_text = 0;
+  std::vector<double> itl;  // inter-token latencies after the first chunk, one per token
+  int32_t prompt_len = 0;   // the dataset's prompt length
+  int32_t output_len = 0;   // the server's completion_tokens (else the requested length)
 };
 
 // numpy.percentile(values, p) with its default linear interpolation; 0 when empty.
@@ -53,6 +58,11 @@ struct BenchmarkMetrics {
   double max_output_tokens_per_s = 0;   // the busiest 1-second bucket of token arrivals
   int32_t max_concurrent_requests = 0;  // the busiest 1-second bucket of requests in flight
   LatencyStats e2e, ttft, tpot, itl;
+  // Over requests whose stream told (RequestOutput::first_token_chunk >= 0); else zeros. A TTFT
+  // well above the first token chunk means the detokenizer held the first tokens' text back.
+  int32_t token_chunk_requests = 0;
+  LatencyStats first_token_chunk;
+  double mean_tokens_before_text = 0;
 };
 
 // Token arrivals (start + ttft, then + each ITL) and requests in flight, in 1-second buckets

@@ -65,6 +65,10 @@ std::string format_report(const BenchmarkMetrics& m, const ReportInfo& info) {
   t.row("Mean TTFT (ms):", m.ttft.mean_ms);
   t.row("Median TTFT (ms):", m.ttft.median_ms);
   t.row("P99 TTFT (ms):", m.ttft.p99_ms);
+  if (m.token_chunk_requests > 0) {
+    t.row("Median first token chunk (ms):", m.first_token_chunk.median_ms);
+    t.row("Mean tokens before text:", m.mean_tokens_before_text);
+  }
   t.title("Time per Output Token (excl. 1st token)", '-');
   t.row("Mean TPOT (ms):", m.tpot.mean_ms);
   t.row("Median TPOT (ms):", m.tpot.median_ms);
@@ -112,6 +116,11 @@ nlohmann::json result_json(const BenchmarkMetrics& m, const ReportInfo& info) {
   j["median_ttft_ms"] = m.ttft.median_ms;
   j["std_ttft_ms"] = m.ttft.std_ms;
   j["p99_ttft_ms"] = m.ttft.p99_ms;
+  if (m.token_chunk_requests > 0) {
+    j["mean_first_token_chunk_ms"] = m.first_token_chunk.mean_ms;
+    j["median_first_token_chunk_ms"] = m.first_token_chunk.median_ms;
+    j["mean_tokens_before_text"] = m.mean_tokens_before_text;
+  }
   j["mean_tpot_ms"] = m.tpot.mean_ms;
   j["median_tpot_ms"] = m.tpot.median_ms;
   j["std_tpot_ms"] = m.tpot.std_ms;
