@@ -32,46 +32,21 @@ using testing::fragmented_pages;
 using testing::naive_page_copy;
 using testing::pool_region;
 using testing::scenario_pool_config;
+using testing::send_message;
+using testing::write_all;
 
 std::unique_ptr<platform::Platform> cuda_platform() {
   auto p = platform::create_platform(Device{DeviceKind::kCuda, 0});
   return p.is_ok() ? std::move(p).value() : nullptr;
 }
 
-bool write_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
+// The pipe protocol (kv_transfer_scenario.h) with this suite's bounds.
+constexpr int kPipeTimeoutMs = 60000;
+bool read_all(int fd, void* data, size_t n) {
+  return testing::read_all(fd, data, n, kPipeTimeoutMs);
 }
-
-bool read_all(int fd, void* data, size_t n, int timeout_ms = 60000) {
-  auto* p = static_cast<uint8_t*>(data);
-  while (n > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, timeout_ms) <= 0) return false;
-    const ssize_t r = ::read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool send_message(int fd, const std::vector<uint8_t>& m) {
-  const uint64_t n = m.size();
-  return write_all(fd, &n, 8) && write_all(fd, m.data(), m.size());
-}
-
 bool recv_message(int fd, std::vector<uint8_t>& m) {
-  uint64_t n = 0;
-  if (!read_all(fd, &n, 8) || n > (1ull << 34)) return false;
-  m.resize(n);
-  return read_all(fd, m.data(), n);
+  return testing::recv_message(fd, m, uint64_t{1} << 34, kPipeTimeoutMs);
 }
 
 // A pool on `p` whose bytes are fill_random(seed), and its CPU twin with the same bytes.

@@ -1,17 +1,24 @@
 // A KV transfer between two CPU pools on fragmented pages, and its naive reference: what the
-// transport suites (kv_transport_test, ucx_transport_test) check every backend against.
+// transport suites (kv_transport_test, ucx_transport_test, kv_transfer_gpu_test) check every
+// backend against; polling a transfer to its end; the pipe protocol between a test and the peer
+// process it forks or spawns.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kvserve/disagg/kv_runs.h"
+#include "kvserve/disagg/kv_transport.h"
 #include "kvserve/mem/kv_pool.h"
 #include "kvserve/platform/platform.h"
 
@@ -86,6 +93,56 @@ inline void naive_page_copy(const mem::MHATokenToKVPool& src, const mem::MHAToke
       std::memcpy(dst_bytes.data() + (to - dst_base), from, s[b].page_bytes);
     }
   }
+}
+
+// Polls `id` every `interval` until it leaves kInProgress or `limit` passes.
+inline TransferStatus wait_transfer(KvTransport& t, TransferId id, std::chrono::milliseconds limit,
+                                    std::chrono::microseconds interval) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  TransferStatus s = t.poll(id);
+  while (s == TransferStatus::kInProgress && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(interval);
+    s = t.poll(id);
+  }
+  return s;
+}
+
+// --- length-prefixed messages over a pipe; every read bounded by a deadline ---
+inline bool write_all(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+inline bool read_all(int fd, void* data, size_t n, int timeout_ms) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, timeout_ms) <= 0) return false;
+    const ssize_t r = ::read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+inline bool send_message(int fd, const std::vector<uint8_t>& m) {
+  const uint64_t n = m.size();
+  return write_all(fd, &n, 8) && write_all(fd, m.data(), m.size());
+}
+
+// A message of at most `max_bytes`, each read within `timeout_ms`.
+inline bool recv_message(int fd, std::vector<uint8_t>& m, uint64_t max_bytes, int timeout_ms) {
+  uint64_t n = 0;
+  if (!read_all(fd, &n, 8, timeout_ms) || n > max_bytes) return false;
+  m.resize(n);
+  return read_all(fd, m.data(), n, timeout_ms);
 }
 
 }  // namespace kvserve::disagg::testing

@@ -31,13 +31,7 @@ std::unique_ptr<KvTransport> loopback(TransportFaults faults = {}, int timeout_m
 }
 
 TransferStatus wait(KvTransport& t, TransferId id, std::chrono::milliseconds limit = 5000ms) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  TransferStatus s = t.poll(id);
-  while (s == TransferStatus::kInProgress && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(1ms);
-    s = t.poll(id);
-  }
-  return s;
+  return testing::wait_transfer(t, id, limit, 1ms);
 }
 
 TEST(KvTransport, KindNames) {

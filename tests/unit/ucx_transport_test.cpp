@@ -25,42 +25,16 @@ using testing::fragmented_pages;
 using testing::naive_page_copy;
 using testing::pool_region;
 using testing::scenario_pool_config;
+using testing::send_message;
+using testing::write_all;
 
-// --- a pipe protocol between the two processes (every read bounded by a deadline) ---
-bool write_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
+// The pipe protocol (kv_transfer_scenario.h) with this suite's bounds.
+constexpr int kPipeTimeoutMs = 20000;
+bool read_all(int fd, void* data, size_t n, int timeout_ms = kPipeTimeoutMs) {
+  return testing::read_all(fd, data, n, timeout_ms);
 }
-
-bool read_all(int fd, void* data, size_t n, int timeout_ms = 20000) {
-  auto* p = static_cast<uint8_t*>(data);
-  while (n > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, timeout_ms) <= 0) return false;
-    const ssize_t r = ::read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool send_message(int fd, const std::vector<uint8_t>& m) {
-  const uint64_t n = m.size();
-  return write_all(fd, &n, 8) && write_all(fd, m.data(), m.size());
-}
-
 bool recv_message(int fd, std::vector<uint8_t>& m) {
-  uint64_t n = 0;
-  if (!read_all(fd, &n, 8) || n > (1ull << 31)) return false;
-  m.resize(n);
-  return read_all(fd, m.data(), n);
+  return testing::recv_message(fd, m, uint64_t{1} << 31, kPipeTimeoutMs);
 }
 
 // One way of running UCX between the processes.
@@ -196,13 +170,7 @@ struct Child {
 };
 
 TransferStatus wait(KvTransport& t, TransferId id, std::chrono::milliseconds limit = 20000ms) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  TransferStatus s = t.poll(id);
-  while (s == TransferStatus::kInProgress && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(200us);
-    s = t.poll(id);
-  }
-  return s;
+  return testing::wait_transfer(t, id, limit, 200us);
 }
 
 class UcxTransportTest : public ::testing::TestWithParam<UcxVariant> {};
