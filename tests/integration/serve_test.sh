@@ -231,9 +231,13 @@ if [ "$tp" = 1 ]; then
     sleep 0.1
   done
   kill -0 "$server_pid" 2>/dev/null && fail "the server is still running 15 s after its worker died"
-  wait "$server_pid" || true
+  rc=0
+  wait "$server_pid" || rc=$?
   server_pid=
+  [ "$rc" = 1 ] || fail "the server stopped by its dead worker exited with $rc, not 1"
   grep -q "the group stops" "$work/server.log" || fail "no tensor-parallel failure in the log"
+  grep -q "stopped because a tensor-parallel rank failed" "$work/server.log" ||
+    fail "the exit does not say why"
   echo "worker death passed"
   # Whisper is not sharded: refused naming the flag.
   "$kvserve" make-model --preset whisper-test --output "$work/whisper" --seed 5 >/dev/null

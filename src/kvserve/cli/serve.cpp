@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <thread>
 
 #include "kvserve/cli/commands.h"
@@ -123,7 +124,12 @@ int run_serve(ServeOptions o) {
   o.engine.runner.show_progress = true;
   // A tensor-parallel group that fails (a worker died) cannot serve again: the forward's
   // requests have failed; stop the server through the signal path (the others end with abort).
-  o.engine.runner.on_tp_failure = [](const Status&) { kill(getpid(), SIGTERM); };
+  // The exit status says so: the server stopped because it broke, not because it was asked to.
+  static std::atomic<bool> tp_failed{false};
+  o.engine.runner.on_tp_failure = [](const Status&) {
+    tp_failed = true;
+    kill(getpid(), SIGTERM);
+  };
   auto engine = engine::Engine::create(o.engine);
   if (!engine.is_ok()) return load_failure(engine.status());
   KV_LOG_INFO("{}", (*engine)->summary());
@@ -137,10 +143,15 @@ int run_serve(ServeOptions o) {
   }
   // Stop accepting, then end what is in flight (streams get finish_reason abort), so the HTTP
   // workers return promptly and run() comes back.
-  return serve_until_signal(http, o.server.host, signals, [&] {
+  const int rc = serve_until_signal(http, o.server.host, signals, [&] {
     http.stop();
     (*engine)->shutdown();
   });
+  if (tp_failed) {
+    fmt::print(stderr, "kvserve serve: stopped because a tensor-parallel rank failed\n");
+    return 1;
+  }
+  return rc;
 }
 
 }  // namespace
