@@ -288,6 +288,7 @@ TEST(MakeModel, ShapePresetsHaveTheRealModelsConfigsAndParameterCounts) {
       {"qwen2.5-0.5b-shape", "qwen2.5-0.5b-instruct", 494'032'768, 1 + 24 * 12 + 1},
       {"llama-3.2-1b-shape", "llama-3.2-1b-instruct", 1'235'814'400, 1 + 16 * 9 + 1},
       {"llama-3.1-8b-shape", "llama-3.1-8b", 8'030'261'248, 1 + 32 * 9 + 2},
+      {"llama-3.1-70b-shape", "llama-3.1-70b", 70'553'706'496, 1 + 80 * 9 + 2},
   };
   for (const Expect& e : cases) {
     SCOPED_TRACE(e.preset);

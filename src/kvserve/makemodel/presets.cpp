@@ -140,6 +140,20 @@ Preset llama31_8b() {
   return p;
 }
 
+// meta-llama/Llama-3.1-70B's config.json: the tensor-parallel shape (140 GB of bf16 weights do
+// not fit one 141 GB GPU beside a KV cache).
+Preset llama31_70b() {
+  Preset p = llama31_8b();
+  p.name = "llama-3.1-70b-shape";
+  p.description = "Llama-3.1-70B's shapes: 80 layers, hidden 8192, 64/8 heads, llama3 rope";
+  checkpoint::ModelConfig& c = p.config;
+  c.hidden_size = 8192;
+  c.intermediate_size = 28672;
+  c.num_hidden_layers = 80;
+  c.num_attention_heads = 64;
+  return p;
+}
+
 // Qwen/Qwen3-8B's config.json.
 Preset qwen3_8b() {
   Preset p;
@@ -265,6 +279,7 @@ const std::vector<Preset>& presets() {
                                           qwen25_05b(),
                                           llama32_1b(),
                                           llama31_8b(),
+                                          llama31_70b(),
                                           qwen3_8b(),
                                           gemma2_9b(),
                                           gemma3_12b(),

@@ -30,8 +30,8 @@ struct Preset {
   int32_t max_window_layers = 0;  // Qwen2's and Qwen3's config.json field
 };
 
-// "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape, qwen3-8b-shape,
-// gemma-2-9b-shape, gemma-3-12b-shape, whisper-tiny-shape,
+// "tiny, qwen2.5-0.5b-shape, llama-3.2-1b-shape, llama-3.1-8b-shape, llama-3.1-70b-shape,
+// qwen3-8b-shape, gemma-2-9b-shape, gemma-3-12b-shape, whisper-tiny-shape,
 // whisper-large-v2-shape, whisper-test"
 std::vector<std::string> preset_names();
 // nullptr for an unknown name.
