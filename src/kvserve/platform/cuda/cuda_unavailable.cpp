@@ -18,6 +18,7 @@ Result<std::unique_ptr<Platform>> create_platform(int /*device_index*/) {
 }  // namespace kvserve::platform::cuda
 
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/cuda/sampling_radix.h"
 
 namespace kvserve::platform::cuda {
 
@@ -83,6 +84,10 @@ void argmax_rows(const float* /*logits*/, int64_t /*rows*/, int64_t /*vocab*/, i
 }
 
 void sample_rows(const ops::SampleRowsParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+
+void sample_rows_radix(const ops::SampleRowsParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 

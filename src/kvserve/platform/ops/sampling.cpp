@@ -10,6 +10,7 @@
 
 #include "kvserve/core/check.h"
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/cuda/sampling_radix.h"
 
 namespace kvserve::ops {
 namespace {
@@ -29,7 +30,7 @@ double sampling_uniform01(uint64_t seed, int64_t step) {
 }
 
 void sample_rows(platform::Platform& p, const SampleRowsParams& params,
-                 platform::StreamHandle stream) {
+                 platform::StreamHandle stream, SampleSelect select) {
   KV_CHECK(params.rows >= 0 && params.vocab > 0 && params.ld >= params.vocab,
            "sample_rows: rows {}, vocab {}, ld {}", params.rows, params.vocab, params.ld);
   KV_CHECK(params.vocab < (int64_t{1} << 31), "sample_rows: vocab {} over int32", params.vocab);
@@ -45,6 +46,9 @@ void sample_rows(platform::Platform& p, const SampleRowsParams& params,
     case DeviceKind::kCpu:
       return cpu::sample_rows(params);
     case DeviceKind::kCuda:
+      if (select == SampleSelect::kRadix) {
+        return platform::cuda::sample_rows_radix(params, p.resolve(stream));
+      }
       return platform::cuda::sample_rows(params, p.resolve(stream));
   }
 }

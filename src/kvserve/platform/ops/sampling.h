@@ -11,10 +11,16 @@
 
 namespace kvserve::ops {
 
+// How the CUDA kernel finds the top-k / top-p boundaries (equal tokens; A/B measurements and
+// tests pick one, everything else takes the default): kBins, a binned histogram of the distance
+// below the max and an exact sort of the boundary bins' tokens (platform/cuda/sampling_bins.cu);
+// kRadix, a 3-round radix select (platform/cuda/sampling.cu). The CPU ignores it.
+enum class SampleSelect : uint8_t { kBins, kRadix };
+
 // Checks the shapes (KV_CHECK: callers size them), then runs the CPU implementation, or queues the
 // kernel on `stream` on CUDA (row parameters are then in device memory and are not read here).
 void sample_rows(platform::Platform& p, const SampleRowsParams& params,
-                 platform::StreamHandle stream = {});
+                 platform::StreamHandle stream = {}, SampleSelect select = SampleSelect::kBins);
 
 // The counter-based uniform in [0, 1) of (seed, step), shared with the device.
 double sampling_uniform01(uint64_t seed, int64_t step);
