@@ -71,7 +71,9 @@ TEST_P(PagedPrefillTest, MatchesFloat64Reference) {
     const auto r = bench::run_attention_bench(*cuda_, cfg);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     // The sm_90a kernel must not be quietly replaced by the fallback where it can run.
-    if (c.variant == "sm90" && ops::prefill_sm90_device(*cuda_)) EXPECT_EQ(r->variant, "sm90");
+    if ((c.variant == "sm90" || c.variant == "sm90pp") && ops::prefill_sm90_device(*cuda_)) {
+      EXPECT_EQ(r->variant, c.variant);
+    }
     // bf16 P in the P V product adds a few bf16 ulps at most. The bound is in ulps of the
     // reference value: an absolute bound fails on outputs of magnitude 2-4, where one bf16 ulp is
     // already 0.0156 (seen on the H200: 0.0103 abs = 2.3 ulp).
@@ -108,6 +110,12 @@ std::vector<Case> cases() {
   for (const int32_t ps : {1, 16, 64}) {
     for (const int32_t group : {1, 4, 8})
       out.push_back({ps, group, 256, ps != 16, "sm90"});
+  }
+  // Ping-pong consumers: a sample of page sizes, groups and head dims.
+  for (const int32_t d : {64, 128, 256}) {
+    out.push_back({16, 4, d, true, "sm90pp"});
+    out.push_back({1, 8, d, false, "sm90pp"});
+    out.push_back({1, 1, d, true, "sm90pp", true});
   }
   // Contiguous K/V (no page list): both kernels.
   for (const int32_t group : {1, 4, 8}) {

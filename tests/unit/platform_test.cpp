@@ -231,6 +231,8 @@ TEST(PrefillVariant, ResolvesToTheKernelThatCanRun) {
   };
   EXPECT_EQ(resolve(PrefillVariant::kAuto, true), PrefillVariant::kSm90);
   EXPECT_EQ(resolve(PrefillVariant::kSm90, true), PrefillVariant::kSm90);
+  EXPECT_EQ(resolve(PrefillVariant::kSm90PingPong, true), PrefillVariant::kSm90PingPong);
+  EXPECT_EQ(resolve(PrefillVariant::kSm90PingPong, false), PrefillVariant::kM128W4);
   EXPECT_EQ(resolve(PrefillVariant::kAuto, false), PrefillVariant::kM128W4);
   EXPECT_EQ(resolve(PrefillVariant::kSm90, false), PrefillVariant::kM128W4);
   EXPECT_EQ(resolve(PrefillVariant::kMma, true), PrefillVariant::kM128W4);
@@ -259,7 +261,7 @@ TEST(PrefillVariant, ResolvesToTheKernelThatCanRun) {
   EXPECT_EQ(resolve(PrefillVariant::kSm90, true), PrefillVariant::kSm90);
   for (const PrefillVariant v :
        {PrefillVariant::kM64W4, PrefillVariant::kM128W8, PrefillVariant::kM128W4,
-        PrefillVariant::kSm90, PrefillVariant::kMma}) {
+        PrefillVariant::kSm90, PrefillVariant::kMma, PrefillVariant::kSm90PingPong}) {
     EXPECT_EQ(ops::parse_prefill_variant(ops::prefill_variant_name(v)), v);
   }
   EXPECT_EQ(ops::parse_prefill_variant("sm100"), PrefillVariant::kAuto);

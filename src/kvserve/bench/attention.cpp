@@ -346,7 +346,8 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   }
   ops::PrefillVariant variant = ops::parse_prefill_variant(c.variant);
   if (variant == ops::PrefillVariant::kAuto && c.variant != "auto") {
-    return invalid_argument("--variant {}: auto, sm90, mma, m64w4, m128w8 or m128w4", c.variant);
+    return invalid_argument("--variant {}: auto, sm90, sm90pp, mma, m64w4, m128w8 or m128w4",
+                            c.variant);
   }
   std::vector<int32_t> q_lens =
       c.q_lens.empty() ? std::vector<int32_t>(c.batch, c.seq_len) : c.q_lens;

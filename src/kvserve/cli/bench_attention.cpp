@@ -98,7 +98,8 @@ Command add_bench_attention_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option(
          "--variant", a->variants,
-         "prefill kernel: auto, sm90 (Hopper wgmma), mma (mma.sync, tile by shape), m64w4, "
+         "prefill kernel: auto, sm90 (Hopper wgmma), sm90pp (sm90, ping-pong consumers), mma "
+         "(mma.sync, tile by shape), m64w4, "
          "m128w8, m128w4; decode tc stages: auto, s2, s3, s4")
       ->delimiter(',')
       ->capture_default_str();

@@ -66,7 +66,7 @@ struct Sm90Tile {
   static_assert(kThreads / 3 * (kProducerRegs + 2 * kConsumerRegs) <= 65536, "register file");
 };
 
-template <int HEAD_DIM, bool CONTIGUOUS>
+template <int HEAD_DIM, bool CONTIGUOUS, bool PINGPONG>
 __global__ void __launch_bounds__(384, 1)
     paged_prefill_sm90_kernel(const __grid_constant__ ops::PagedPrefillParams p, int page_shift,
                               int num_tiles) {
@@ -287,12 +287,32 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
 
+  // Ping-pong (PINGPONG): the two consumers take turns issuing their products, so that one's
+  // softmax runs while the other's products own the tensor cores. Named barrier 3 + wg: a
+  // consumer syncs on its own (256 = its 128 threads + the other's 128 arrivals) before issuing
+  // and arrives on the other's after. Consumer 1 opens with one arrival for consumer 0 and skips
+  // its arrival after its last issue, so both barriers end balanced.
+  const int turns = T::kOverlap ? n_tiles + 1 : 2 * n_tiles;
+  int turn = 0;
+  auto turn_wait = [&] {
+    if constexpr (PINGPONG) named_barrier(3 + wg, 256);
+  };
+  auto turn_pass = [&] {
+    if constexpr (PINGPONG) {
+      ++turn;
+      if (wg == 0 || turn < turns) named_arrive(3 + (1 - wg), 256);
+    }
+  };
+  if (PINGPONG && wg == 1 && n_tiles > 0) named_arrive(3, 256);
+
   // P V of tile i's stage, waited for, and the stage released (the path without overlap).
   auto pv_now = [&](int stage) {
     pin_regs(o);
+    turn_wait();
     wgmma_fence();
     issue_pv(stage);
     wgmma_commit();
+    turn_pass();
     wgmma_wait<0>();
     pin_regs(o);
     mbar_arrive(empty(stage));
@@ -302,9 +322,11 @@ __global__ void __launch_bounds__(384, 1)
   if (n_tiles > 0) {
     mbar_wait(full(0), 0);
     pin_regs(s);
+    turn_wait();
     wgmma_fence();
     issue_s(0);
     wgmma_commit();
+    turn_pass();
     wgmma_wait<0>();
     pin_regs(s);
     float corr[2];
@@ -318,14 +340,17 @@ __global__ void __launch_bounds__(384, 1)
     mbar_wait(full(stage), (i / kStages) & 1);
     pin_regs(s);
     pin_regs(o);
+    turn_wait();
     wgmma_fence();
     issue_s(stage);
     wgmma_commit();
     if constexpr (T::kOverlap) {
       issue_pv(prev);
       wgmma_commit();
+      turn_pass();
       wgmma_wait<1>();  // S_i done; P_{i-1} V_{i-1} may still run
     } else {
+      turn_pass();
       wgmma_wait<0>();
     }
     pin_regs(s);
@@ -341,9 +366,11 @@ __global__ void __launch_bounds__(384, 1)
   }
   if (T::kOverlap && n_tiles > 0) {
     pin_regs(o);
+    turn_wait();
     wgmma_fence();
     issue_pv((n_tiles - 1) % kStages);
     wgmma_commit();
+    turn_pass();
     wgmma_wait<0>();
     pin_regs(o);
   }
@@ -378,9 +405,9 @@ __global__ void __launch_bounds__(384, 1)
   }
 }
 
-template <int HEAD_DIM, bool CONTIGUOUS>
+template <int HEAD_DIM, bool CONTIGUOUS, bool PINGPONG>
 auto* configured_sm90_kernel() {
-  auto* kernel = paged_prefill_sm90_kernel<HEAD_DIM, CONTIGUOUS>;
+  auto* kernel = paged_prefill_sm90_kernel<HEAD_DIM, CONTIGUOUS, PINGPONG>;
   static const bool configured = [&] {
     KV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Sm90Tile<HEAD_DIM>::kSmemBytes)));
@@ -397,8 +424,12 @@ auto* configured_sm90_kernel() {
 template <int HEAD_DIM>
 void launch_sm90(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t stream) {
   using T = Sm90Tile<HEAD_DIM>;
-  auto* kernel = p.page_ids == nullptr ? configured_sm90_kernel<HEAD_DIM, true>()
-                                       : configured_sm90_kernel<HEAD_DIM, false>();
+  const bool pingpong = p.variant == ops::PrefillVariant::kSm90PingPong;
+  auto* kernel = p.page_ids == nullptr
+                     ? (pingpong ? configured_sm90_kernel<HEAD_DIM, true, true>()
+                                 : configured_sm90_kernel<HEAD_DIM, true, false>())
+                     : (pingpong ? configured_sm90_kernel<HEAD_DIM, false, true>()
+                                 : configured_sm90_kernel<HEAD_DIM, false, false>());
   const int group = p.num_q_heads / p.num_kv_heads;
   const int64_t tiles = static_cast<int64_t>(p.total_q) * group / T::kBlockM + p.batch;
   if (tiles > 0x7fffffff) unsupported_sm90("paged prefill sm90: too many query tiles", 0);

@@ -20,6 +20,7 @@ PrefillVariant parse_prefill_variant(std::string_view name) {
   if (name == "m128w4") return PrefillVariant::kM128W4;
   if (name == "sm90") return PrefillVariant::kSm90;
   if (name == "mma") return PrefillVariant::kMma;
+  if (name == "sm90pp") return PrefillVariant::kSm90PingPong;
   return PrefillVariant::kAuto;
 }
 
@@ -35,6 +36,8 @@ std::string_view prefill_variant_name(PrefillVariant v) {
       return "sm90";
     case PrefillVariant::kMma:
       return "mma";
+    case PrefillVariant::kSm90PingPong:
+      return "sm90pp";
     default:
       return "auto";
   }
@@ -43,7 +46,7 @@ std::string_view prefill_variant_name(PrefillVariant v) {
 PrefillVariant choose_prefill_variant(PrefillVariant requested, int32_t total_q, int32_t batch,
                                       int32_t group) {
   if (requested != PrefillVariant::kAuto && requested != PrefillVariant::kMma &&
-      requested != PrefillVariant::kSm90) {
+      requested != PrefillVariant::kSm90 && requested != PrefillVariant::kSm90PingPong) {
     return requested;
   }
   const int64_t mean_rows = static_cast<int64_t>(total_q) * group / std::max(batch, 1);
@@ -69,7 +72,9 @@ PrefillVariant resolve_prefill_variant(PrefillVariant requested, const PagedPref
                                        bool sm90_device) {
   const int32_t group = p.num_q_heads / std::max(p.num_kv_heads, 1);
   const bool sm90 = sm90_device && prefill_sm90_supports(p);
-  if (requested == PrefillVariant::kSm90 && sm90) return PrefillVariant::kSm90;
+  if ((requested == PrefillVariant::kSm90 || requested == PrefillVariant::kSm90PingPong) && sm90) {
+    return requested;
+  }
   if (requested == PrefillVariant::kAuto && sm90) {
     // Short extends (fewer than one 128-row tile per request) keep the 64-row mma.sync tile.
     const int64_t mean_rows = static_cast<int64_t>(p.total_q) * group / std::max(p.batch, 1);
@@ -97,7 +102,7 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
                                        ? params.variant
                                        : platform.kernel_switches().prefill_variant;
   p.variant = resolve_prefill_variant(requested, params, prefill_sm90_device(platform));
-  if (p.variant == PrefillVariant::kSm90) {
+  if (p.variant == PrefillVariant::kSm90 || p.variant == PrefillVariant::kSm90PingPong) {
     platform::cuda::paged_prefill_sm90(p, platform.resolve(stream));
   } else {
     platform::cuda::paged_prefill(p, platform.resolve(stream));

@@ -30,8 +30,10 @@ bool prefill_sm90_supports(const PagedPrefillParams& params);
 bool prefill_sm90_device(platform::Platform& platform);
 // The kernel and tile a launch runs, never kAuto or kMma:
 //   * an mma.sync tile (m64w4 / m128w8 / m128w4) when asked for;
-//   * kSm90 asked for, or kAuto with at least 128 rows (q_len x group) per request on average:
-//     the sm_90a kernel where `sm90_device` and prefill_sm90_supports(params), else as kMma;
+//   * kSm90 (or kSm90PingPong) asked for, or kAuto with at least 128 rows (q_len x group) per
+//   request on average:
+//     the sm_90a kernel (as asked; kSm90 on auto) where `sm90_device` and
+//     prefill_sm90_supports(params), else as kMma;
 //   * kMma (and kAuto below 128 rows): choose_prefill_variant's mma.sync tile.
 PrefillVariant resolve_prefill_variant(PrefillVariant requested, const PagedPrefillParams& params,
                                        bool sm90_device);

@@ -29,11 +29,12 @@ namespace kvserve::ops {
 // whole group.
 enum class PrefillVariant : int32_t {
   kAuto = 0,
-  kM64W4 = 1,   // 64 rows, 4 warps of 16 rows, Q fragments in registers
-  kM128W8 = 2,  // 128 rows, 8 warps of 16 rows, Q fragments in registers
-  kM128W4 = 3,  // 128 rows, 4 warps of 2 x 16 rows, Q fragments re-read from shared memory
-  kSm90 = 4,    // sm_90a: wgmma, a producer warpgroup and two consumers of 64 rows each
-  kMma = 5,     // the mma.sync kernel, its tile by shape (never the sm_90a kernel)
+  kM64W4 = 1,         // 64 rows, 4 warps of 16 rows, Q fragments in registers
+  kM128W8 = 2,        // 128 rows, 8 warps of 16 rows, Q fragments in registers
+  kM128W4 = 3,        // 128 rows, 4 warps of 2 x 16 rows, Q fragments re-read from shared memory
+  kSm90 = 4,          // sm_90a: wgmma, a producer warpgroup and two consumers of 64 rows each
+  kMma = 5,           // the mma.sync kernel, its tile by shape (never the sm_90a kernel)
+  kSm90PingPong = 6,  // kSm90 with the two consumers taking turns at the tensor cores
 };
 
 struct PagedPrefillParams {
