@@ -216,8 +216,8 @@ TEST(KernelSwitches, FromTheEnvironment) {
 
 // The fault injector fails exactly what it was armed for, as an exhausted device would.
 // Which prefill kernel a launch runs: the sm_90a kernel where the device and the params allow it
-// (and, on auto, a request averages a 128-row tile), the mma.sync tiles otherwise; names
-// round-trip.
+// (and, on auto once ops::kPrefillAutoSm90 lets it, a request averages a 128-row tile), the
+// mma.sync tiles otherwise; names round-trip.
 TEST(PrefillVariant, ResolvesToTheKernelThatCanRun) {
   using ops::PrefillVariant;
   ops::PagedPrefillParams p;
@@ -226,9 +226,13 @@ TEST(PrefillVariant, ResolvesToTheKernelThatCanRun) {
   p.num_q_heads = 32;
   p.num_kv_heads = 8;
   p.head_dim = 128;
+  // With auto allowed to pick the sm_90a kernel (what the dispatch does once kPrefillAutoSm90).
   auto resolve = [&](PrefillVariant v, bool hopper) {
-    return ops::resolve_prefill_variant(v, p, hopper);
+    return ops::resolve_prefill_variant(v, p, hopper, /*auto_sm90=*/true);
   };
+  EXPECT_EQ(ops::resolve_prefill_variant(PrefillVariant::kAuto, p, true),
+            ops::kPrefillAutoSm90 ? PrefillVariant::kSm90 : PrefillVariant::kM128W4);
+  EXPECT_EQ(ops::resolve_prefill_variant(PrefillVariant::kSm90, p, true), PrefillVariant::kSm90);
   EXPECT_EQ(resolve(PrefillVariant::kAuto, true), PrefillVariant::kSm90);
   EXPECT_EQ(resolve(PrefillVariant::kSm90, true), PrefillVariant::kSm90);
   EXPECT_EQ(resolve(PrefillVariant::kSm90PingPong, true), PrefillVariant::kSm90PingPong);

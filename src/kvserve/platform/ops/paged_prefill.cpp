@@ -69,13 +69,13 @@ bool prefill_sm90_device(platform::Platform& platform) {
 }
 
 PrefillVariant resolve_prefill_variant(PrefillVariant requested, const PagedPrefillParams& p,
-                                       bool sm90_device) {
+                                       bool sm90_device, bool auto_sm90) {
   const int32_t group = p.num_q_heads / std::max(p.num_kv_heads, 1);
   const bool sm90 = sm90_device && prefill_sm90_supports(p);
   if ((requested == PrefillVariant::kSm90 || requested == PrefillVariant::kSm90PingPong) && sm90) {
     return requested;
   }
-  if (requested == PrefillVariant::kAuto && sm90) {
+  if (requested == PrefillVariant::kAuto && auto_sm90 && sm90) {
     // Short extends (fewer than one 128-row tile per request) keep the 64-row mma.sync tile.
     const int64_t mean_rows = static_cast<int64_t>(p.total_q) * group / std::max(p.batch, 1);
     if (mean_rows >= 128) return PrefillVariant::kSm90;
