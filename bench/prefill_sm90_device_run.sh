@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Device run: unpack the harness bundle, run the sm90 correctness suite, time old vs new kernels,
-# then torch SDPA peers. Everything goes to $OUT.
+# One device call for the sm_90a prefill kernel (docs/perf/2026-12-03-prefill-sm90.md): unpack the
+# harness bundle (prefill_attention_check + prefill_attention_bench from a 90a-real build, packed
+# by tools/device_bundle.sh with a stub libopenblas; expected at ../h/bundle.tar.xz beside this
+# script's folder, sdpa_peer.py beside the script), run the sm90 correctness cases, time the
+# mma.sync kernel against sm90 / sm90pp, then the torch SDPA peers. Everything goes to $OUT.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p /tmp/b && tar xJf "$here"/../h/bundle.tar.xz -C /tmp/b || exit 1
