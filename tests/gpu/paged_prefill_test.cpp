@@ -1,8 +1,9 @@
-// cuda-paged prefill attention (the tensor-core kernel) against the float64 reference
+// cuda-paged prefill attention (the tensor-core kernels) against the float64 reference
 // (ops::reference::paged_prefill) on a fragmented pool: ragged batches of 1, 3 and 7 requests
-// (new tokens 1 / 17 / 300 after cached prefixes 0 / 17 / 1000), page sizes 1..128, GQA groups
-// 1 / 4 / 8, head_dim 64 and 128 (80, 96 and 256 on a sample), causal and not (with empty KV),
-// every tile variant; and the
+// (new tokens 1 / 17 / 300 after cached prefixes 0 / 17 / 1000), page sizes 1..128 and contiguous
+// K/V, GQA groups 1 / 4 / 8, head_dim 64 and 128 (80, 96 and 256 on a sample), causal and not
+// (with empty KV), every mma.sync tile variant and the sm_90a kernel (on a Hopper device, where
+// the test checks that it ran); and the
 // cuda-paged backend's extend output against the per-token decode path it replaced. The same for
 // an fp8 KV cache (e4m3 / e5m2, scales that are not 1): the kernel against the reference on the
 // dequantised fp8 values (the bf16 bound), and the backend's two paths over an fp8 pool whose
@@ -20,6 +21,7 @@
 #include "kvserve/mem/allocation.h"
 #include "kvserve/mem/chunk_cache.h"
 #include "kvserve/mem/device_req_to_token.h"
+#include "kvserve/platform/ops/paged_prefill.h"
 #include "kvserve/platform/platform.h"
 #include "support/cuda_param_test.h"
 
@@ -37,6 +39,7 @@ struct Case {
   int32_t head_dim;
   bool causal;
   std::string variant;
+  bool contiguous = false;  // page_ids null, page_size 1
 };
 
 using PagedPrefillTest = test_support::CudaParamTest<Case>;
@@ -56,6 +59,7 @@ TEST_P(PagedPrefillTest, MatchesFloat64Reference) {
     cfg.mode = "prefill";
     cfg.variant = c.variant;
     cfg.causal = c.causal;
+    cfg.contiguous = c.contiguous;
     cfg.check_max_work = 1e9;
     cfg.seed = 31 + c.page_size + 100 * c.group + c.head_dim + 7 * i;
     cfg.q_lens = shapes[i].q_lens;
@@ -66,6 +70,10 @@ TEST_P(PagedPrefillTest, MatchesFloat64Reference) {
     }
     const auto r = bench::run_attention_bench(*cuda_, cfg);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    // The sm_90a kernel must not be quietly replaced by the fallback where it can run.
+    if ((c.variant == "sm90" || c.variant == "sm90pp") && ops::prefill_sm90_device(*cuda_)) {
+      EXPECT_EQ(r->variant, c.variant);
+    }
     // bf16 P in the P V product adds a few bf16 ulps at most. The bound is in ulps of the
     // reference value: an absolute bound fails on outputs of magnitude 2-4, where one bf16 ulp is
     // already 0.0156 (seen on the H200: 0.0103 abs = 2.3 ulp).
@@ -80,7 +88,7 @@ std::vector<Case> cases() {
     for (const int32_t group : {1, 4, 8}) {
       for (const int32_t d : {64, 128}) {
         for (const bool causal : {true, false}) {
-          for (const char* v : {"m64w4", "m128w8", "m128w4"})
+          for (const char* v : {"m64w4", "m128w8", "m128w4", "sm90"})
             out.push_back({ps, group, d, causal, v});
         }
       }
@@ -98,12 +106,33 @@ std::vector<Case> cases() {
     }
     out.push_back({128, 8, d, true, "auto"});
   }
+  // The sm_90a kernel at head dim 256 (64-position K/V tiles, two stages).
+  for (const int32_t ps : {1, 16, 64}) {
+    for (const int32_t group : {1, 4, 8})
+      out.push_back({ps, group, 256, ps != 16, "sm90"});
+  }
+  // Ping-pong consumers: a sample of page sizes, groups and head dims.
+  for (const int32_t d : {64, 128, 256}) {
+    out.push_back({16, 4, d, true, "sm90pp"});
+    out.push_back({1, 8, d, false, "sm90pp"});
+    out.push_back({1, 1, d, true, "sm90pp", true});
+  }
+  // Contiguous K/V (no page list): both kernels.
+  for (const int32_t group : {1, 4, 8}) {
+    for (const int32_t d : {64, 128, 256}) {
+      for (const bool causal : {true, false}) {
+        out.push_back({1, group, d, causal, "sm90", true});
+        out.push_back({1, group, d, causal, "mma", true});
+      }
+    }
+  }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, PagedPrefillTest, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<Case>& i) {
-                           return "ps" + std::to_string(i.param.page_size) + "_g" +
+                           return std::string(i.param.contiguous ? "contig" : "ps") +
+                                  std::to_string(i.param.page_size) + "_g" +
                                   std::to_string(i.param.group) + "_d" +
                                   std::to_string(i.param.head_dim) +
                                   (i.param.causal ? "_causal_" : "_full_") + i.param.variant;

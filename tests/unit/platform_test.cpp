@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include "kvserve/platform/allocation_faults.h"
 #include "kvserve/platform/device_pool.h"
 #include "kvserve/platform/kernel_switches_env.h"
+#include "kvserve/platform/ops/paged_prefill.h"
 #include "kvserve/platform/platform.h"
 
 namespace kvserve::platform {
@@ -213,6 +215,62 @@ TEST(KernelSwitches, FromTheEnvironment) {
 }
 
 // The fault injector fails exactly what it was armed for, as an exhausted device would.
+// Which prefill kernel a launch runs: the sm_90a kernel where the device and the params allow it
+// (and, on auto once ops::kPrefillAutoSm90 lets it, a request averages a 128-row tile), the
+// mma.sync tiles otherwise; names round-trip.
+TEST(PrefillVariant, ResolvesToTheKernelThatCanRun) {
+  using ops::PrefillVariant;
+  ops::PagedPrefillParams p;
+  p.batch = 1;
+  p.total_q = 4096;
+  p.num_q_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  // With auto allowed to pick the sm_90a kernel (what the dispatch does once kPrefillAutoSm90).
+  auto resolve = [&](PrefillVariant v, bool hopper) {
+    return ops::resolve_prefill_variant(v, p, hopper, /*auto_sm90=*/true);
+  };
+  EXPECT_EQ(ops::resolve_prefill_variant(PrefillVariant::kAuto, p, true),
+            ops::kPrefillAutoSm90 ? PrefillVariant::kSm90 : PrefillVariant::kM128W4);
+  EXPECT_EQ(ops::resolve_prefill_variant(PrefillVariant::kSm90, p, true), PrefillVariant::kSm90);
+  EXPECT_EQ(resolve(PrefillVariant::kAuto, true), PrefillVariant::kSm90);
+  EXPECT_EQ(resolve(PrefillVariant::kSm90, true), PrefillVariant::kSm90);
+  EXPECT_EQ(resolve(PrefillVariant::kSm90PingPong, true), PrefillVariant::kSm90PingPong);
+  EXPECT_EQ(resolve(PrefillVariant::kSm90PingPong, false), PrefillVariant::kM128W4);
+  EXPECT_EQ(resolve(PrefillVariant::kAuto, false), PrefillVariant::kM128W4);
+  EXPECT_EQ(resolve(PrefillVariant::kSm90, false), PrefillVariant::kM128W4);
+  EXPECT_EQ(resolve(PrefillVariant::kMma, true), PrefillVariant::kM128W4);
+  EXPECT_EQ(resolve(PrefillVariant::kM128W8, true), PrefillVariant::kM128W8);
+  // What the sm_90a kernel does not cover falls back, asked for or not.
+  for (const auto& change : std::vector<std::function<void(ops::PagedPrefillParams&)>>{
+           [](ops::PagedPrefillParams& q) { q.kv_dtype = DType::kFP8E4M3; },
+           [](ops::PagedPrefillParams& q) { q.head_dim = 96; },
+           [](ops::PagedPrefillParams& q) { q.window_left = 128; },
+           [](ops::PagedPrefillParams& q) { q.logit_softcap = 30.0f; }}) {
+    const ops::PagedPrefillParams saved = p;
+    change(p);
+    EXPECT_FALSE(ops::prefill_sm90_supports(p));
+    EXPECT_NE(resolve(PrefillVariant::kSm90, true), PrefillVariant::kSm90);
+    EXPECT_NE(resolve(PrefillVariant::kAuto, true), PrefillVariant::kSm90);
+    p = saved;
+  }
+  for (const int32_t d : {64, 128, 256}) {
+    p.head_dim = d;
+    EXPECT_TRUE(ops::prefill_sm90_supports(p)) << d;
+  }
+  // Short extends on auto: 8 requests of 8 tokens x group 4 = 32 rows each.
+  p.batch = 8;
+  p.total_q = 64;
+  EXPECT_EQ(resolve(PrefillVariant::kAuto, true), PrefillVariant::kM64W4);
+  EXPECT_EQ(resolve(PrefillVariant::kSm90, true), PrefillVariant::kSm90);
+  for (const PrefillVariant v :
+       {PrefillVariant::kM64W4, PrefillVariant::kM128W8, PrefillVariant::kM128W4,
+        PrefillVariant::kSm90, PrefillVariant::kMma, PrefillVariant::kSm90PingPong}) {
+    EXPECT_EQ(ops::parse_prefill_variant(ops::prefill_variant_name(v)), v);
+  }
+  EXPECT_EQ(ops::parse_prefill_variant("sm100"), PrefillVariant::kAuto);
+}
+
 TEST(AllocationFaults, FailsTheArmedAllocationsOnly) {
   auto cpu = std::move(create_platform(Device{}).value());
   auto faults = std::make_shared<AllocationFaults>();

@@ -346,7 +346,8 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   }
   ops::PrefillVariant variant = ops::parse_prefill_variant(c.variant);
   if (variant == ops::PrefillVariant::kAuto && c.variant != "auto") {
-    return invalid_argument("--variant {}: auto, m64w4, m128w8 or m128w4", c.variant);
+    return invalid_argument("--variant {}: auto, sm90, sm90pp, mma, m64w4, m128w8 or m128w4",
+                            c.variant);
   }
   std::vector<int32_t> q_lens =
       c.q_lens.empty() ? std::vector<int32_t>(c.batch, c.seq_len) : c.q_lens;
@@ -375,7 +376,20 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   double sum_visible = 0;
   std::mt19937_64 rng(c.seed);
   const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  const Pool pool = make_pool(rng, kv_lens, c.page_size, row, c);
+  if (c.contiguous && per_token) return invalid_argument("--contiguous runs the prefill kernel");
+  if (c.contiguous && c.page_size != 1) {
+    return invalid_argument("--contiguous reads rows, not pages: page size 1, not {}", c.page_size);
+  }
+  Pool pool = make_pool(rng, kv_lens, c.page_size, row, c);
+  // Contiguous: the pages (rows) in order, so request b's position t is row 1 + indptr[b] + t
+  // (row 0 is padding); the kernel gets that base per request and no page list, the reference
+  // reads the same rows through the identity page list.
+  std::vector<int32_t> row_base;
+  if (c.contiguous) {
+    std::sort(pool.page_ids.begin(), pool.page_ids.end());
+    for (int32_t b = 0; b < batch; ++b)
+      row_base.push_back(pool.indptr[b] + 1);
+  }
   for (int32_t b = 0; b < batch; ++b) {
     for (int32_t i = 0; i < q_lens[b]; ++i) {
       const int32_t t = qo_indptr[b] + i;
@@ -398,14 +412,14 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   KV_ASSIGN_OR_RETURN(p.k_cache, dev.upload(pool.k));
   KV_ASSIGN_OR_RETURN(p.v_cache, dev.upload(pool.v));
   KV_ASSIGN_OR_RETURN(void* d_qo, dev.upload(qo_indptr));
-  KV_ASSIGN_OR_RETURN(void* d_indptr, dev.upload(pool.indptr));
+  KV_ASSIGN_OR_RETURN(void* d_indptr, dev.upload(c.contiguous ? row_base : pool.indptr));
   KV_ASSIGN_OR_RETURN(void* d_pages, dev.upload(pool.page_ids));
   KV_ASSIGN_OR_RETURN(void* d_kv, dev.upload(kv_lens));
   KV_ASSIGN_OR_RETURN(p.out, dev.alloc(out_elems * 2));
   platform.memset(p.out, 0xff, out_elems * 2);  // NaN: a row never written shows as an error
   p.qo_indptr = static_cast<const int32_t*>(d_qo);
   p.page_indptr = static_cast<const int32_t*>(d_indptr);
-  p.page_ids = static_cast<const int32_t*>(d_pages);
+  p.page_ids = c.contiguous ? nullptr : static_cast<const int32_t*>(d_pages);
   p.kv_lens = static_cast<const int32_t*>(d_kv);
   p.batch = batch;
   p.total_q = total_q;
@@ -421,7 +435,7 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   p.window_left = c.window_left;
   p.logit_softcap = c.logit_softcap;
   if (variant == ops::PrefillVariant::kAuto) variant = platform.kernel_switches().prefill_variant;
-  p.variant = ops::choose_prefill_variant(variant, total_q, batch, c.num_q_heads / c.num_kv_heads);
+  p.variant = ops::resolve_prefill_variant(variant, p, ops::prefill_sm90_device(platform));
 
   platform.synchronize();  // the uploads and the memset (default stream) before the timing stream
   AttentionBenchResult r;

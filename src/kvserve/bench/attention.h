@@ -58,8 +58,10 @@ struct AttentionBenchConfig {
   bool causal = true;            // false: every query sees all its request's positions
   std::vector<int32_t> q_lens;   // per request new tokens (tests); empty: seq_len each
   std::vector<int32_t> kv_lens;  // per request positions; empty: prefix_len + q_len
-  double peak_tflops = 989.4;    // H100/H200 SXM dense bf16, the vendor's figure
-  double check_max_work = 4e9;   // reference multiply-adds; queries are subsampled above it
+  // Contiguous K/V (page_ids null: request b's position t is row page_indptr[b] + t), page size 1.
+  bool contiguous = false;
+  double peak_tflops = 989.4;   // H100/H200 SXM dense bf16, the vendor's figure
+  double check_max_work = 4e9;  // reference multiply-adds; queries are subsampled above it
 };
 
 struct AttentionBenchResult {

@@ -4,7 +4,7 @@
 //   kvserve bench-attention --device cuda --backend cuda-paged --batch 16 --seq-len 4096
 //       --page-size 16 --num-q-heads 32 --num-kv-heads 8 --head-dim 128
 //   kvserve bench-attention --mode prefill --batch 8 --seq-len 1024 --prefix-len 0
-//       [--kernel decode-per-token] [--variant m128w8] [--no-causal]
+//       [--kernel decode-per-token] [--variant sm90,mma,m128w8] [--no-causal]
 //   kvserve bench-attention --kernel decode,tc --batch 16,64 --seq-len 1024,4096 --no-check
 //       (decode on tensor cores against the CUDA-core kernel; lists run every combination)
 //   kvserve bench-attention --kernel tc --kv-dtype fp8_e4m3 (an fp8 pool: half the bytes)
@@ -96,13 +96,18 @@ Command add_bench_attention_command(CLI::App& app) {
                   "decode mode: decode (default) or tc (tensor cores); prefill mode: prefill "
                   "(default) or decode-per-token; a comma-separated list runs each")
       ->delimiter(',');
-  cmd->add_option("--variant", a->variants,
-                  "prefill tiles: auto, m64w4, m128w8, m128w4; decode tc stages: auto, s2, s3, s4")
+  cmd->add_option(
+         "--variant", a->variants,
+         "prefill kernel: auto, sm90 (Hopper wgmma), sm90pp (sm90, ping-pong consumers), mma "
+         "(mma.sync, tile by shape), m64w4, "
+         "m128w8, m128w4; decode tc stages: auto, s2, s3, s4")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--prefix-len", a->config.prefix_len, "prefill mode: cached positions")
       ->capture_default_str();
   cmd->add_flag("!--no-causal", a->config.causal, "prefill mode: every query sees all positions");
+  cmd->add_flag("--contiguous", a->config.contiguous,
+                "prefill mode: contiguous K/V rows, no page list (needs --page-size 1)");
   cmd->add_option("--window-left", a->config.window_left,
                   "sliding window: a query at p sees positions [p - window_left, p] (-1: none)")
       ->capture_default_str();

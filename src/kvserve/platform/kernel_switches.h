@@ -24,8 +24,10 @@ struct KernelSwitches {
   // KVSERVE_DECODE_TC=0: decode attention on the CUDA-core kernel everywhere (ops::paged_decode),
   // not the tensor-core one (ops::paged_decode_tc) where it applies.
   bool decode_tc = true;
-  // KVSERVE_PREFILL_VARIANT=m64w4|m128w8|m128w4: the paged prefill kernel's tile for every launch
-  // whose params leave it on auto (ops/paged_prefill.h: choose_prefill_variant).
+  // KVSERVE_PREFILL_VARIANT=sm90|sm90pp|mma|m64w4|m128w8|m128w4: the paged prefill kernel (and
+  // tile; sm90pp: the sm_90a kernel with ping-pong consumers) for
+  // every launch whose params leave it on auto (ops/paged_prefill.h: resolve_prefill_variant):
+  // mma forces the mma.sync kernel where auto would take the sm_90a one (A/B runs).
   ops::PrefillVariant prefill_variant = ops::PrefillVariant::kAuto;
   // KVSERVE_DECODE_TC_STAGES=2|3|4: K/V tiles in flight in the tensor-core decode kernel; 0: by
   // head dim (ops/paged_prefill.h: resolve_decode_tc_stages).

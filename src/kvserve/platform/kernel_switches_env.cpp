@@ -38,8 +38,9 @@ Result<KernelSwitches> kernel_switches_from_env() {
   if (const char* v = env("KVSERVE_PREFILL_VARIANT")) {
     s.prefill_variant = ops::parse_prefill_variant(v);
     if (s.prefill_variant == ops::PrefillVariant::kAuto && std::string_view(v) != "auto") {
-      return invalid_argument("KVSERVE_PREFILL_VARIANT={}: expected auto, m64w4, m128w8 or m128w4",
-                              v);
+      return invalid_argument(
+          "KVSERVE_PREFILL_VARIANT={}: expected auto, sm90, sm90pp, mma, m64w4, m128w8 or m128w4",
+          v);
     }
   }
   if (const char* v = env("KVSERVE_DECODE_TC_STAGES")) {

@@ -33,6 +33,12 @@ void paged_decode(const ops::PagedDecodeParams& /*params*/, StreamHandle /*strea
 void paged_prefill(const ops::PagedPrefillParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
+void paged_prefill_sm90(const ops::PagedPrefillParams& /*params*/, StreamHandle /*stream*/) {
+  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+}
+bool paged_prefill_sm90_device() {
+  return false;
+}
 
 void write_req_to_token(const ops::WriteReqToTokenParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");

@@ -22,6 +22,10 @@ void store_kv(const ops::KvStoreParams& params, StreamHandle stream);
 void paged_decode(const ops::PagedDecodeParams& params, StreamHandle stream);
 // Tensor-core prefill / extend attention (paged_prefill.cu); params.variant is resolved.
 void paged_prefill(const ops::PagedPrefillParams& params, StreamHandle stream);
+// The Hopper prefill kernel (paged_prefill_sm90.cu: wgmma, warp-specialised; bf16 K/V, head_dim
+// 64 / 128 / 256, no window or soft-cap) and whether the current device can run it (sm_90).
+void paged_prefill_sm90(const ops::PagedPrefillParams& params, StreamHandle stream);
+bool paged_prefill_sm90_device();
 // Streaming multiprocessors of the current device (for split decisions).
 int multiprocessor_count();
 

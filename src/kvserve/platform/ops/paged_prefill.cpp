@@ -18,6 +18,9 @@ PrefillVariant parse_prefill_variant(std::string_view name) {
   if (name == "m64w4") return PrefillVariant::kM64W4;
   if (name == "m128w8") return PrefillVariant::kM128W8;
   if (name == "m128w4") return PrefillVariant::kM128W4;
+  if (name == "sm90") return PrefillVariant::kSm90;
+  if (name == "mma") return PrefillVariant::kMma;
+  if (name == "sm90pp") return PrefillVariant::kSm90PingPong;
   return PrefillVariant::kAuto;
 }
 
@@ -29,6 +32,12 @@ std::string_view prefill_variant_name(PrefillVariant v) {
       return "m128w8";
     case PrefillVariant::kM128W4:
       return "m128w4";
+    case PrefillVariant::kSm90:
+      return "sm90";
+    case PrefillVariant::kMma:
+      return "mma";
+    case PrefillVariant::kSm90PingPong:
+      return "sm90pp";
     default:
       return "auto";
   }
@@ -36,7 +45,10 @@ std::string_view prefill_variant_name(PrefillVariant v) {
 
 PrefillVariant choose_prefill_variant(PrefillVariant requested, int32_t total_q, int32_t batch,
                                       int32_t group) {
-  if (requested != PrefillVariant::kAuto) return requested;
+  if (requested != PrefillVariant::kAuto && requested != PrefillVariant::kMma &&
+      requested != PrefillVariant::kSm90 && requested != PrefillVariant::kSm90PingPong) {
+    return requested;
+  }
   const int64_t mean_rows = static_cast<int64_t>(total_q) * group / std::max(batch, 1);
   if (mean_rows < 128) return PrefillVariant::kM64W4;
   // H200, head_dim 128, page 16 (docs/perf/2026-12-01-prefill-and-whisper-cuda.md): with GQA
@@ -44,6 +56,31 @@ PrefillVariant choose_prefill_variant(PrefillVariant requested, int32_t total_q,
   // 64 x 1024 (278 / 195 / 215 TFLOP/s against 252 / 182 / 190 for 8 warps); without GQA the
   // 8-warp tile won at 1 x 8192 and the results were mixed elsewhere.
   return group >= 4 ? PrefillVariant::kM128W4 : PrefillVariant::kM128W8;
+}
+
+bool prefill_sm90_supports(const PagedPrefillParams& p) {
+  return p.kv_dtype == DType::kBF16 &&
+         (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.window_left < 0 &&
+         p.logit_softcap <= 0.0f;
+}
+
+bool prefill_sm90_device(platform::Platform& platform) {
+  return platform.device().kind == DeviceKind::kCuda && platform::cuda::paged_prefill_sm90_device();
+}
+
+PrefillVariant resolve_prefill_variant(PrefillVariant requested, const PagedPrefillParams& p,
+                                       bool sm90_device, bool auto_sm90) {
+  const int32_t group = p.num_q_heads / std::max(p.num_kv_heads, 1);
+  const bool sm90 = sm90_device && prefill_sm90_supports(p);
+  if ((requested == PrefillVariant::kSm90 || requested == PrefillVariant::kSm90PingPong) && sm90) {
+    return requested;
+  }
+  if (requested == PrefillVariant::kAuto && auto_sm90 && sm90) {
+    // Short extends (fewer than one 128-row tile per request) keep the 64-row mma.sync tile.
+    const int64_t mean_rows = static_cast<int64_t>(p.total_q) * group / std::max(p.batch, 1);
+    if (mean_rows >= 128) return PrefillVariant::kSm90;
+  }
+  return choose_prefill_variant(requested, p.total_q, p.batch, group);
 }
 
 void paged_prefill(platform::Platform& platform, const PagedPrefillParams& params,
@@ -64,9 +101,12 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
   const PrefillVariant requested = params.variant != PrefillVariant::kAuto
                                        ? params.variant
                                        : platform.kernel_switches().prefill_variant;
-  p.variant = choose_prefill_variant(requested, params.total_q, params.batch,
-                                     params.num_q_heads / params.num_kv_heads);
-  platform::cuda::paged_prefill(p, platform.resolve(stream));
+  p.variant = resolve_prefill_variant(requested, params, prefill_sm90_device(platform));
+  if (p.variant == PrefillVariant::kSm90 || p.variant == PrefillVariant::kSm90PingPong) {
+    platform::cuda::paged_prefill_sm90(p, platform.resolve(stream));
+  } else {
+    platform::cuda::paged_prefill(p, platform.resolve(stream));
+  }
 }
 
 int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim) {

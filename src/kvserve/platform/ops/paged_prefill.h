@@ -23,8 +23,28 @@ PrefillVariant choose_prefill_variant(PrefillVariant requested, int32_t total_q,
 PrefillVariant parse_prefill_variant(std::string_view name);
 std::string_view prefill_variant_name(PrefillVariant v);
 
-// Runs on `stream`; CUDA only (the CPU platform's attention is the `cpu` backend). kAuto is
-// resolved here: the platform's KernelSwitches::prefill_variant, then choose_prefill_variant.
+// Whether the sm_90a kernel covers these params: bf16 K/V, head_dim 64, 128 or 256, no sliding
+// window, no soft-capping (page sizes, row strides, GQA groups and causality all are).
+bool prefill_sm90_supports(const PagedPrefillParams& params);
+// Whether the platform's device runs the sm_90a kernel (a CUDA device of compute capability 9.x).
+bool prefill_sm90_device(platform::Platform& platform);
+// Whether kAuto may pick the sm_90a kernel. Off until the kernel has passed the GPU suite and been
+// timed on the H200 (docs/perf/2026-12-03-prefill-sm90.md: written without a device run); until
+// then it runs where asked for (--variant sm90, KVSERVE_PREFILL_VARIANT=sm90).
+inline constexpr bool kPrefillAutoSm90 = false;
+
+// The kernel and tile a launch runs, never kAuto or kMma:
+//   * an mma.sync tile (m64w4 / m128w8 / m128w4) when asked for;
+//   * kSm90 (or kSm90PingPong) asked for, or kAuto with `auto_sm90` and at least 128 rows
+//     (q_len x group) per request on average: the sm_90a kernel (as asked; kSm90 on auto) where
+//     `sm90_device` and prefill_sm90_supports(params), else as kMma;
+//   * kMma (and kAuto otherwise): choose_prefill_variant's mma.sync tile.
+PrefillVariant resolve_prefill_variant(PrefillVariant requested, const PagedPrefillParams& params,
+                                       bool sm90_device, bool auto_sm90 = kPrefillAutoSm90);
+
+// Runs on `stream`; CUDA only (the CPU platform's attention is the `cpu` backend). The kernel is
+// resolved here: params.variant, else the platform's KernelSwitches::prefill_variant, then
+// resolve_prefill_variant.
 void paged_prefill(platform::Platform& platform, const PagedPrefillParams& params,
                    platform::StreamHandle stream = {});
 

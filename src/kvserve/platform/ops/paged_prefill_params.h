@@ -23,13 +23,18 @@
 
 namespace kvserve::ops {
 
-// Tile shapes of the tensor-core kernel (platform/cuda/paged_prefill.cu). The rows of a tile are
-// (query token, query head of the GQA group) pairs, so one K/V tile load serves the whole group.
+// The prefill kernels and their tile shapes: the mma.sync kernel's three tiles
+// (platform/cuda/paged_prefill.cu) and the Hopper kernel (paged_prefill_sm90.cu). The rows of a
+// tile are (query token, query head of the GQA group) pairs, so one K/V tile load serves the
+// whole group.
 enum class PrefillVariant : int32_t {
   kAuto = 0,
-  kM64W4 = 1,   // 64 rows, 4 warps of 16 rows, Q fragments in registers
-  kM128W8 = 2,  // 128 rows, 8 warps of 16 rows, Q fragments in registers
-  kM128W4 = 3,  // 128 rows, 4 warps of 2 x 16 rows, Q fragments re-read from shared memory
+  kM64W4 = 1,         // 64 rows, 4 warps of 16 rows, Q fragments in registers
+  kM128W8 = 2,        // 128 rows, 8 warps of 16 rows, Q fragments in registers
+  kM128W4 = 3,        // 128 rows, 4 warps of 2 x 16 rows, Q fragments re-read from shared memory
+  kSm90 = 4,          // sm_90a: wgmma, a producer warpgroup and two consumers of 64 rows each
+  kMma = 5,           // the mma.sync kernel, its tile by shape (never the sm_90a kernel)
+  kSm90PingPong = 6,  // kSm90 with the two consumers taking turns at the tensor cores
 };
 
 struct PagedPrefillParams {
