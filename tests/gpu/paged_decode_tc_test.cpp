@@ -521,8 +521,11 @@ TEST(PagedDecodeTc, PlannerBatch64Short) {
       lens.push_back(len(rng));
     const ops::PagedDecodePlan plan =
         ops::plan_paged_decode_tc(64, s.num_q_heads, s.num_kv_heads, s.head_dim, 300, num_sms);
-    if (s.num_kv_heads == 8) EXPECT_EQ(plan.num_splits, 1) << "64 x 8 blocks fill the machine";
-    if (s.num_kv_heads == 1) EXPECT_GT(plan.num_splits, 1) << "64 blocks leave slots empty";
+    if (s.num_kv_heads == 8) {
+      EXPECT_EQ(plan.num_splits, 1) << "64 x 8 blocks fill the machine";
+    } else {
+      EXPECT_GT(plan.num_splits, 1) << "64 blocks leave slots empty";
+    }
     DecodeInputs in(*cuda, s, lens, seed, std::max(plan.num_splits, 1));
     for (int rep = 0; rep < 3; ++rep) {
       const Error e = error_of(in.run(plan), in.ref());

@@ -56,7 +56,9 @@ void expect_partition(int32_t seq, int32_t num_splits, int32_t tps, int32_t min_
       shortest = std::min(shortest, n);
       longest = std::max(longest, n);
     }
-    if (used > 0) EXPECT_LE(longest - shortest, 1) << "seq " << seq << " splits " << num_splits;
+    if (used > 0) {
+      EXPECT_LE(longest - shortest, 1) << "seq " << seq << " splits " << num_splits;
+    }
   }
 }
 
@@ -119,13 +121,6 @@ TEST(DecodeTcPlan, Stages) {
   EXPECT_EQ(ops::resolve_decode_tc_stages(0, 128), 3);
   EXPECT_EQ(ops::resolve_decode_tc_stages(0, 64), 4);
   EXPECT_EQ(ops::resolve_decode_tc_stages(7, 64), 4);  // not a depth: the default
-}
-
-// blocks / (waves x slots) for a plan.
-double fill(int32_t batch, int32_t kv_heads, int32_t splits, int32_t slots) {
-  const int64_t blocks = int64_t{batch} * kv_heads * splits;
-  const int64_t waves = (blocks + slots - 1) / slots;
-  return static_cast<double>(blocks) / static_cast<double>(waves * slots);
 }
 
 TEST(DecodeTcPlan, FillsTheResidentSlots) {

@@ -35,6 +35,10 @@ struct KernelSwitches {
   // KVSERVE_PDL=0: every kernel launched plainly, without programmatic dependent launch
   // (platform/cuda/pdl.cuh).
   bool pdl = true;
+  // KVSERVE_SPLIT_COUNTERS=0: the tensor-core decode kernel merges its splits with the merge
+  // kernel, not in the last split block of each (query, KV head) (ops/paged_decode_params.h:
+  // split_counters; the op dispatch drops the params' counters).
+  bool split_counters = true;
 };
 
 }  // namespace kvserve::platform

@@ -144,9 +144,11 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
 #if KVSERVE_WITH_CUDA
   if (stages == 0) stages = platform.kernel_switches().decode_tc_stages;
   stages = resolve_decode_tc_stages(stages, params.head_dim);
-  if (params.pdl != platform.kernel_switches().pdl) {  // A/B runs only: the default copies nothing
-    PagedDecodeParams p = params;
-    p.pdl = platform.kernel_switches().pdl;
+  const platform::KernelSwitches& ks = platform.kernel_switches();
+  if (params.pdl != ks.pdl || (params.split_counters != nullptr && !ks.split_counters)) {
+    PagedDecodeParams p = params;  // A/B runs only: the default copies nothing
+    p.pdl = ks.pdl;
+    if (!ks.split_counters) p.split_counters = nullptr;  // the merge kernel
     return platform::cuda::paged_decode_tc(p, stages, platform.resolve(stream));
   }
   platform::cuda::paged_decode_tc(params, stages, platform.resolve(stream));
