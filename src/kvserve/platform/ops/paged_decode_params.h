@@ -20,7 +20,8 @@
 // than one split every chunk writes a partial output and its log-sum-exp to the workspace, and a
 // merge step combines them. seq_lens[b] == 0 gives a zero output (the empty-KV guard).
 // With min_tokens_per_split > 0 each request picks its own chunks instead: as many splits as keep
-// at least min_tokens_per_split tokens each, at most num_splits, of equal length; the blocks of the
+// at least min_tokens_per_split tokens each, at most num_splits, of equal length (the tensor-core
+// kernel: whole 64-position tiles dealt out evenly, decode_tc_split_range); the blocks of the
 // splits it does not use find no tokens and write an empty partial (log-sum-exp -inf, weight 0 in
 // the merge). The launch then depends only on num_splits, not on the lengths: a decode graph
 // captured for a batch size replays any lengths (model/decode_graph_runner.h).
