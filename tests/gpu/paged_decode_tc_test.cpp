@@ -8,8 +8,12 @@
 //     (more splits than tiles: empty splits);
 //   * real head shapes (32/8, 8/8, 16/2, 28/4, 24/8 at head_dim 128; 14/2, 32/8 at 64);
 //   * a decode graph's plan (for the longest possible request) against the eager plan: the same
-//     bits; the kernel captured in a CUDA graph (with its merge kernel) and replayed on new
-//     lengths and page lists;
+//     bits; the kernel captured in a CUDA graph (merging in its last split blocks through the
+//     split counters, and with the merge kernel) and replayed on new lengths and page lists, the
+//     counters zero after every launch;
+//   * the planner's choices: batch 1 with 4096 and 16385 positions (one wave of splits, launched
+//     again and again on the same counters), batch 64 with short contexts (no split at 8 KV
+//     heads, splits at 1);
 //   * every query empty: zeros; bench-attention's tc path; the occupancy the split plan assumes;
 //   * an fp8 KV cache (e4m3, e5m2; scales that are not 1): page sizes 1 / 16 / 64 / 128, groups
 //     1 / 4 / 8, head_dim 64 / 128, every pipeline depth and split mode, against the reference on
@@ -38,9 +42,15 @@
 namespace kvserve {
 namespace {
 
+// Split counters are off by default (KernelSwitches::split_counters) until they have run on a
+// GPU; this suite turns them on so that its `counters` cases reach them (the op drops them else).
 std::unique_ptr<platform::Platform> cuda_or_null() {
   auto p = platform::create_platform(Device{DeviceKind::kCuda, 0});
-  return p.is_ok() ? std::move(p).value() : nullptr;
+  if (!p.is_ok()) return nullptr;
+  platform::KernelSwitches ks = (*p)->kernel_switches();
+  ks.split_counters = true;
+  (*p)->set_kernel_switches(ks);
+  return std::move(p).value();
 }
 
 uint64_t mix(uint64_t x) {
@@ -102,6 +112,10 @@ class DecodeInputs {
     d_out_ = std::move(cuda_.allocate_buffer(out_elems_ * 2).value());
     ws_floats_ = static_cast<size_t>(batch) * s.num_q_heads * max_splits * (s.head_dim + 1);
     d_ws_ = std::move(cuda_.allocate_buffer(std::max<size_t>(ws_floats_, 1) * 4).value());
+    // Split counters (the last split block merges): zero once here; the kernel leaves them zero.
+    num_counters_ = static_cast<size_t>(batch) * s.num_kv_heads;
+    d_counters_ = std::move(cuda_.allocate_buffer(std::max<size_t>(num_counters_, 1) * 4).value());
+    cuda_.memset(d_counters_.data(), 0, d_counters_.bytes());
     ref_.resize(out_elems_);
     ops::PagedDecodeParams hp = params(ops::PagedDecodePlan{});
     hp.q = q_.data();
@@ -118,8 +132,9 @@ class DecodeInputs {
   uint64_t seed() const { return seed_; }
   const std::vector<float>& ref() const { return ref_; }
 
-  // Device params for `plan` (the workspace laid out as the backends lay it out).
-  ops::PagedDecodeParams params(const ops::PagedDecodePlan& plan) const {
+  // Device params for `plan` (the workspace laid out as the backends lay it out); `counters`:
+  // with split counters (the last split block merges), else the merge kernel.
+  ops::PagedDecodeParams params(const ops::PagedDecodePlan& plan, bool counters = true) const {
     ops::PagedDecodeParams p;
     p.q = d_q_.data();
     p.k_cache = d_k_.data();
@@ -129,10 +144,15 @@ class DecodeInputs {
     p.seq_lens = d_lens_.data_as<int32_t>();
     p.out = d_out_.data();
     if (plan.num_splits > 1) {
-      float* ws = d_ws_.data_as<float>();
-      p.partial_out = ws;
-      p.partial_lse = ws + static_cast<size_t>(batch()) * shape_.num_q_heads * plan.num_splits *
-                               shape_.head_dim;
+      ops::PagedDecodePlan sized = plan;  // forced splits: the plan's sizes for them
+      sized.workspace_floats = static_cast<size_t>(batch()) * shape_.num_q_heads * plan.num_splits *
+                               (shape_.head_dim + 1);
+      sized.workspace_counters = counters ? num_counters_ : 0;
+      const ops::PagedDecodeWorkspace w = ops::paged_decode_workspace(
+          sized, d_ws_.data_as<float>(), d_counters_.data_as<uint32_t>(), shape_.head_dim);
+      p.partial_out = w.partial_out;
+      p.partial_lse = w.partial_lse;
+      p.split_counters = w.split_counters;
     }
     p.batch = batch();
     p.num_q_heads = shape_.num_q_heads;
@@ -147,14 +167,26 @@ class DecodeInputs {
   }
 
   // Runs the kernel on a NaN-filled output (a row never written shows) and returns the output.
-  std::vector<uint16_t> run(const ops::PagedDecodePlan& plan, int32_t stages = 0) {
+  // With split counters it also checks that the launch left every counter zero.
+  std::vector<uint16_t> run(const ops::PagedDecodePlan& plan, int32_t stages = 0,
+                            bool counters = true) {
     EXPECT_LE(
         static_cast<size_t>(batch()) * shape_.num_q_heads * plan.num_splits * (shape_.head_dim + 1),
         std::max<size_t>(ws_floats_, 1))
         << "test workspace too small";
     cuda_.memset(d_out_.data(), 0xff, out_elems_ * 2);
-    ops::paged_decode_tc(cuda_, params(plan), {}, stages);
-    return read_out();
+    ops::paged_decode_tc(cuda_, params(plan, counters), {}, stages);
+    std::vector<uint16_t> out = read_out();
+    if (counters) expect_counters_zero();
+    return out;
+  }
+
+  void expect_counters_zero() {
+    std::vector<uint32_t> c(num_counters_);
+    cuda_.copy(c.data(), d_counters_.data(), num_counters_ * 4, platform::CopyKind::kDeviceToHost);
+    cuda_.synchronize();
+    for (size_t i = 0; i < c.size(); ++i)
+      ASSERT_EQ(c[i], 0u) << "split counter " << i << " not reset by the merging block";
   }
 
   std::vector<uint16_t> read_out() {
@@ -213,7 +245,8 @@ class DecodeInputs {
   std::vector<float> ref_;
   size_t out_elems_ = 0;
   size_t ws_floats_ = 0;
-  Buffer d_q_, d_k_, d_v_, d_indptr_, d_pages_, d_lens_, d_out_, d_ws_;
+  size_t num_counters_ = 0;
+  Buffer d_q_, d_k_, d_v_, d_indptr_, d_pages_, d_lens_, d_out_, d_ws_, d_counters_;
 };
 
 struct Error {
@@ -243,14 +276,21 @@ struct SplitMode {
   int32_t num_splits;  // 0: planned
   int32_t min_tokens_per_split;
   int32_t stages;
+  bool counters = true;  // the last split block merges; false: the merge kernel
 };
 
 std::vector<SplitMode> split_modes() {
   return {
-      {"planned_s2", 0, -1, 2},        {"planned_s3", 0, -1, 3},
-      {"planned_s4", 0, -1, 4},        {"forced1", 1, 0, 0},
-      {"forced3_alike", 3, 0, 0},      {"forced16_alike", 16, 0, 0},
-      {"forced16_per_req", 16, 64, 0}, {"forced40_per_req", kMostSplits, 128, 0},
+      {"planned_s2", 0, -1, 2},
+      {"planned_s3", 0, -1, 3},
+      {"planned_s4", 0, -1, 4},
+      {"forced1", 1, 0, 0},
+      {"forced3_alike", 3, 0, 0},
+      {"forced16_alike", 16, 0, 0},
+      {"forced16_per_req", 16, 64, 0},
+      {"forced40_per_req", kMostSplits, 128, 0},
+      {"planned_s3_merge_kernel", 0, -1, 3, false},
+      {"forced16_alike_merge_kernel", 16, 0, 0, false},
   };
 }
 
@@ -272,7 +312,7 @@ void check_all_modes(platform::Platform& cuda, DecodeInputs& in, const Shape& s,
   const int32_t num_sms = ops::num_compute_units(cuda);
   for (const SplitMode& m : split_modes()) {
     const ops::PagedDecodePlan plan = plan_for(m, in, s, num_sms);
-    const Error e = error_of(in.run(plan, m.stages), in.ref());
+    const Error e = error_of(in.run(plan, m.stages, m.counters), in.ref());
     EXPECT_LE(e.ulp, kMaxUlp) << what << " mode " << m.name << " (" << plan.num_splits
                               << " splits) seed " << in.seed() << " abs " << e.abs;
   }
@@ -389,8 +429,9 @@ TEST(PagedDecodeTc, GraphPlanEqualsEagerPlanBitForBit) {
   }
 }
 
-// The kernel (and its merge, launched with programmatic dependent launch) captured in a CUDA graph
-// replays new lengths and page lists.
+// The kernel captured in a CUDA graph replays new lengths and page lists: with split counters
+// (the last split block merges and resets them, so every replay finds them zero) and with the
+// merge kernel (launched with programmatic dependent launch).
 TEST(PagedDecodeTc, CapturedGraphReplaysNewLengths) {
   auto cuda = cuda_or_null();
   if (!cuda) GTEST_SKIP() << "no CUDA device";
@@ -399,30 +440,104 @@ TEST(PagedDecodeTc, CapturedGraphReplaysNewLengths) {
   const int32_t bs = 9;
   const ops::PagedDecodePlan plan =
       ops::plan_paged_decode_tc(bs, s.num_q_heads, s.num_kv_heads, s.head_dim, 65536, num_sms);
-  ASSERT_GT(plan.num_splits, 1) << "the test wants the merge kernel in the graph";
-  const uint64_t seed = 901;
-  std::cout << "[ seed     ] " << seed << std::endl;
-  DecodeInputs in(*cuda, s, {4097, 1, 300, 2000, 129, 64, 1000, 17, 3000}, seed, plan.num_splits);
-  in.run(plan);  // eager first: the kernels are configured before the capture
-  platform::Stream stream(*cuda);
-  ASSERT_TRUE(cuda->begin_capture(stream.handle()).is_ok());
-  ops::paged_decode_tc(*cuda, in.params(plan), stream.handle());
-  auto graph = cuda->end_capture(stream.handle());
-  ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
-  platform::Graph owned(*cuda, *graph);
-  const std::vector<std::vector<int32_t>> replays = {
-      {4097, 1, 300, 2000, 129, 64, 1000, 17, 3000},
-      {1, 4000, 17, 0, 2999, 65, 1, 1000, 128},
-      {0, 0, 0, 0, 0, 0, 0, 0, 1},
-  };
-  for (size_t i = 0; i < replays.size(); ++i) {
-    in.reshape(replays[i], seed + 1 + i);
-    cuda->memset(in.params(plan).out, 0xff,
-                 static_cast<size_t>(bs) * s.num_q_heads * s.head_dim * 2, stream.handle());
-    cuda->replay(*graph, stream.handle());
-    stream.synchronize();
-    const Error e = error_of(in.read_out(), in.ref());
-    EXPECT_LE(e.ulp, kMaxUlp) << "replay " << i << " seed " << seed + 1 + i << " abs " << e.abs;
+  ASSERT_GT(plan.num_splits, 1) << "the test wants the split merge in the graph";
+  for (const bool counters : {true, false}) {
+    const uint64_t seed = counters ? 901 : 951;
+    std::cout << "[ seed     ] " << seed << " counters " << counters << std::endl;
+    DecodeInputs in(*cuda, s, {4097, 1, 300, 2000, 129, 64, 1000, 17, 3000}, seed, plan.num_splits);
+    in.run(plan, 0, counters);  // eager first: the kernels are configured before the capture
+    platform::Stream stream(*cuda);
+    ASSERT_TRUE(cuda->begin_capture(stream.handle()).is_ok());
+    ops::paged_decode_tc(*cuda, in.params(plan, counters), stream.handle());
+    auto graph = cuda->end_capture(stream.handle());
+    ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
+    platform::Graph owned(*cuda, *graph);
+    const std::vector<std::vector<int32_t>> replays = {
+        {4097, 1, 300, 2000, 129, 64, 1000, 17, 3000},
+        {1, 4000, 17, 0, 2999, 65, 1, 1000, 128},
+        {0, 0, 0, 0, 0, 0, 0, 0, 1},
+        {4097, 4097, 4097, 4097, 4097, 4097, 4097, 4097, 4097},
+    };
+    for (size_t i = 0; i < replays.size(); ++i) {
+      in.reshape(replays[i], seed + 1 + i);
+      for (int rep = 0; rep < 3; ++rep) {  // the same replay again: counters reused
+        cuda->memset(in.params(plan).out, 0xff,
+                     static_cast<size_t>(bs) * s.num_q_heads * s.head_dim * 2, stream.handle());
+        cuda->replay(*graph, stream.handle());
+        stream.synchronize();
+        const Error e = error_of(in.read_out(), in.ref());
+        EXPECT_LE(e.ulp, kMaxUlp) << "counters " << counters << " replay " << i << " rep " << rep
+                                  << " seed " << seed + 1 + i << " abs " << e.abs;
+        if (counters) in.expect_counters_zero();
+      }
+    }
+  }
+}
+
+// --- the split planner's choices ----------------------------------------------------------------
+// Batch 1 with a long context: the plan fills the resident slots with one wave of splits (33 at
+// 132 SMs x 2 blocks over 8 KV heads), the last block of each KV head merges; launched again and
+// again on the same counters it gives the same bits, and the same bits as the merge kernel.
+TEST(PagedDecodeTc, PlannerBatchOneLongContext) {
+  auto cuda = cuda_or_null();
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  const int32_t num_sms = ops::num_compute_units(*cuda);
+  for (const int32_t ps : {1, 16, 128}) {
+    for (const int32_t len : {4096, 16385}) {
+      const Shape s{32, 8, 128, ps};
+      const uint64_t seed = 7000 + ps + len;
+      std::cout << "[ seed     ] " << seed << " ps " << ps << " len " << len << std::endl;
+      const ops::PagedDecodePlan plan =
+          ops::plan_paged_decode_tc(1, s.num_q_heads, s.num_kv_heads, s.head_dim, len, num_sms);
+      EXPECT_GE(plan.num_splits, std::min(len / 128, 16)) << "a long batch-1 request splits";
+      EXPECT_LE(int64_t{plan.num_splits} * s.num_kv_heads,
+                int64_t{num_sms} * ops::decode_tc_ctas_per_sm(128, 3))
+          << "one wave";
+      DecodeInputs in(*cuda, s, {len}, seed, plan.num_splits);
+      const std::vector<uint16_t> first = in.run(plan);
+      const Error e = error_of(first, in.ref());
+      EXPECT_LE(e.ulp, kMaxUlp) << "ps " << ps << " len " << len << " splits " << plan.num_splits
+                                << " seed " << seed << " abs " << e.abs;
+      for (int rep = 0; rep < 4; ++rep)
+        EXPECT_EQ(in.run(plan), first) << "repeat " << rep << ": counters reused";
+      const std::vector<uint16_t> merged = in.run(plan, 0, /*counters=*/false);
+      EXPECT_LE(error_of(merged, in.ref()).ulp, kMaxUlp) << "merge kernel, seed " << seed;
+      size_t differ = 0;
+      for (size_t i = 0; i < merged.size(); ++i)
+        differ += merged[i] != first[i];
+      std::cout << "[ merge    ] last-block vs merge kernel: " << differ << " of " << merged.size()
+                << " outputs differ" << std::endl;
+    }
+  }
+}
+
+// Batch 64 with short contexts: the blocks fill the machine without splitting (8 KV heads); with
+// one KV head the plan splits the longer requests and leaves the short ones whole.
+TEST(PagedDecodeTc, PlannerBatch64Short) {
+  auto cuda = cuda_or_null();
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  const int32_t num_sms = ops::num_compute_units(*cuda);
+  for (const Shape& s : {Shape{32, 8, 128, 16}, Shape{8, 1, 128, 1}, Shape{8, 1, 64, 64}}) {
+    const uint64_t seed = 8100 + s.num_kv_heads + s.page_size;
+    std::cout << "[ seed     ] " << seed << " kv heads " << s.num_kv_heads << std::endl;
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_int_distribution<int32_t> len(0, 300);
+    std::vector<int32_t> lens = {0, 1, 127, 128, 129, 300};
+    while (lens.size() < 64)
+      lens.push_back(len(rng));
+    const ops::PagedDecodePlan plan =
+        ops::plan_paged_decode_tc(64, s.num_q_heads, s.num_kv_heads, s.head_dim, 300, num_sms);
+    if (s.num_kv_heads == 8) {
+      EXPECT_EQ(plan.num_splits, 1) << "64 x 8 blocks fill the machine";
+    } else {
+      EXPECT_GT(plan.num_splits, 1) << "64 blocks leave slots empty";
+    }
+    DecodeInputs in(*cuda, s, lens, seed, std::max(plan.num_splits, 1));
+    for (int rep = 0; rep < 3; ++rep) {
+      const Error e = error_of(in.run(plan), in.ref());
+      EXPECT_LE(e.ulp, kMaxUlp) << "kv " << s.num_kv_heads << " splits " << plan.num_splits
+                                << " rep " << rep << " seed " << seed << " abs " << e.abs;
+    }
   }
 }
 

@@ -45,8 +45,20 @@ void expect_partition(int32_t seq, int32_t num_splits, int32_t tps, int32_t min_
   ASSERT_EQ(next, seq) << "seq " << seq << " splits " << num_splits << " tps " << tps << " min "
                        << min_tps;
   if (min_tps > 0 && num_splits > 1) {
+    // Every split it can use holds a tile or more, and their sizes differ by one tile at most.
     const int32_t most = std::clamp((seq + min_tps - 1) / min_tps, 1, num_splits);
-    EXPECT_LE(used, most) << "seq " << seq;
+    const int32_t tiles = (seq + kTile - 1) / kTile;
+    EXPECT_EQ(used, std::min(most, tiles)) << "seq " << seq << " splits " << num_splits;
+    int32_t shortest = seq, longest = 0;
+    for (int32_t s = 0; s < used; ++s) {
+      const DecodeSplitRange r = decode_tc_split_range(seq, s, num_splits, tps, min_tps);
+      const int32_t n = (r.end - r.begin + kTile - 1) / kTile;
+      shortest = std::min(shortest, n);
+      longest = std::max(longest, n);
+    }
+    if (used > 0) {
+      EXPECT_LE(longest - shortest, 1) << "seq " << seq << " splits " << num_splits;
+    }
   }
 }
 
@@ -72,12 +84,17 @@ TEST(DecodeTcSplitRange, PartitionsEveryLength) {
 }
 
 TEST(DecodeTcSplitRange, PerRequestSplitsAreWholeTiles) {
-  // 4097 positions = 65 tiles over 16 splits: 5 tiles each, 13 splits used, 3 empty.
+  // 4097 positions = 65 tiles over 16 splits: the first takes 5 tiles, the other 15 take 4.
   EXPECT_EQ(decode_tc_split_range(4097, 0, 16, 0, 64).end, 5 * kTile);
-  EXPECT_EQ(decode_tc_split_range(4097, 12, 16, 0, 64).begin, 60 * kTile);
-  EXPECT_EQ(decode_tc_split_range(4097, 12, 16, 0, 64).end, 4097);
-  EXPECT_EQ(decode_tc_split_range(4097, 13, 16, 0, 64).begin,
-            decode_tc_split_range(4097, 13, 16, 0, 64).end);
+  EXPECT_EQ(decode_tc_split_range(4097, 1, 16, 0, 64).begin, 5 * kTile);
+  EXPECT_EQ(decode_tc_split_range(4097, 1, 16, 0, 64).end, 9 * kTile);
+  EXPECT_EQ(decode_tc_split_range(4097, 15, 16, 0, 64).begin, 61 * kTile);
+  EXPECT_EQ(decode_tc_split_range(4097, 15, 16, 0, 64).end, 4097);
+  // 4096 positions = 64 tiles over 33 splits of at least 128: 32 splits of 2 tiles, one empty.
+  EXPECT_EQ(decode_tc_split_range(4096, 31, 33, 0, 128).begin, 62 * kTile);
+  EXPECT_EQ(decode_tc_split_range(4096, 31, 33, 0, 128).end, 4096);
+  EXPECT_EQ(decode_tc_split_range(4096, 32, 33, 0, 128).begin, 4096);
+  EXPECT_EQ(decode_tc_split_range(4096, 32, 33, 0, 128).end, 4096);
   // 17 positions: one split (ceil(17 / 128) = 1), the others empty.
   EXPECT_EQ(decode_tc_split_range(17, 0, 40, 0, 128).end, 17);
   EXPECT_EQ(decode_tc_split_range(17, 1, 40, 0, 128).begin, 17);
@@ -106,13 +123,6 @@ TEST(DecodeTcPlan, Stages) {
   EXPECT_EQ(ops::resolve_decode_tc_stages(7, 64), 4);  // not a depth: the default
 }
 
-// blocks / (waves x slots) for a plan.
-double fill(int32_t batch, int32_t kv_heads, int32_t splits, int32_t slots) {
-  const int64_t blocks = int64_t{batch} * kv_heads * splits;
-  const int64_t waves = (blocks + slots - 1) / slots;
-  return static_cast<double>(blocks) / static_cast<double>(waves * slots);
-}
-
 TEST(DecodeTcPlan, FillsTheResidentSlots) {
   constexpr int32_t kSms = 132;                                     // H200
   const int32_t slots = kSms * ops::decode_tc_ctas_per_sm(128, 3);  // 264
@@ -120,26 +130,32 @@ TEST(DecodeTcPlan, FillsTheResidentSlots) {
   ops::PagedDecodePlan p = ops::plan_paged_decode_tc(64, 32, 8, 128, 1100, kSms, 3);
   EXPECT_EQ(p.num_splits, 1);
   EXPECT_EQ(p.workspace_floats, 0u);
+  EXPECT_EQ(p.workspace_counters, 0u);
   EXPECT_EQ(ops::plan_paged_decode_tc(33, 32, 8, 128, 4096, kSms, 3).num_splits, 1);  // 264
+  // More than half the slots: one split already fills the machine.
+  EXPECT_EQ(ops::plan_paged_decode_tc(20, 32, 8, 128, 4096, kSms, 3).num_splits, 1);  // 160
   // Batch 16 x 8 KV heads = 128 blocks: two splits fill 256 of 264 slots.
   p = ops::plan_paged_decode_tc(16, 32, 8, 128, 4096, kSms, 3);
   EXPECT_EQ(p.num_splits, 2);
   EXPECT_EQ(p.workspace_floats, size_t{16} * 32 * 2 * 129);
+  EXPECT_EQ(p.workspace_counters, size_t{16} * 8);
   EXPECT_EQ(p.tokens_per_split, 2048);
   EXPECT_EQ(p.min_tokens_per_split, 2 * kTile);
-  // Every choice fills its waves to 90 % unless the length caps it, at most 64 splits.
+  // Batch 1: 33 splits x 8 KV heads = 264 blocks, 2 tiles each at 4096 positions.
+  p = ops::plan_paged_decode_tc(1, 32, 8, 128, 4096, kSms, 3);
+  EXPECT_EQ(p.num_splits, 32);  // capped: 4096 / 128
+  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 1 << 20, kSms, 3).num_splits, 33);
+  // Every choice is one wave of as many splits as fit the resident slots, at most 64.
   for (int32_t bs = 1; bs <= 300; ++bs) {
     for (const int32_t kv : {1, 2, 4, 8}) {
       const ops::PagedDecodePlan q =
           ops::plan_paged_decode_tc(bs, 4 * kv, kv, 128, 1 << 20, kSms, 3);
-      ASSERT_GE(q.num_splits, 1);
-      ASSERT_LE(q.num_splits, 64);
-      if (bs * kv * 64 < 0.9 * slots) {
-        EXPECT_EQ(q.num_splits, 64) << "bs " << bs << " kv " << kv;  // the most it makes
-      } else if (bs * kv < slots) {
-        EXPECT_GE(fill(bs, kv, q.num_splits, slots), 0.9 - 1e-9) << "bs " << bs << " kv " << kv;
-      } else {
-        EXPECT_EQ(q.num_splits, 1);
+      const int32_t base = bs * kv;
+      EXPECT_EQ(q.num_splits, std::clamp(slots / base, 1, 64)) << "bs " << bs << " kv " << kv;
+      if (q.num_splits > 1) {
+        EXPECT_LE(base * q.num_splits, slots) << "bs " << bs << " kv " << kv;
+        EXPECT_GT(base * (q.num_splits + 1), q.num_splits < 64 ? slots : 0);
+        EXPECT_EQ(q.workspace_counters, static_cast<size_t>(base));
       }
     }
   }

@@ -106,14 +106,21 @@ class CudaPagedBackend final : public AttentionBackend {
     graph_max_kv_len_ = shape.max_kv_len;
     // The split workspace for the batch size that needs the most (smaller batches split more).
     size_t floats = 0;
+    size_t counters = 0;
     for (int32_t bs = 1; bs <= shape.max_bs; ++bs) {
-      floats = std::max(floats, plan(bs, shape.num_q_heads, shape.num_kv_heads, shape.head_dim,
-                                     shape.page_size, shape.max_kv_len)
-                                    .workspace_floats);
+      const ops::PagedDecodePlan p = plan(bs, shape.num_q_heads, shape.num_kv_heads, shape.head_dim,
+                                          shape.page_size, shape.max_kv_len);
+      floats = std::max(floats, p.workspace_floats);
+      counters = std::max(counters, p.workspace_counters);
     }
     graph_workspace_ = Buffer();
+    graph_counters_ = Buffer();
     if (floats > 0) {
       KV_ASSIGN_OR_RETURN(graph_workspace_, platform_.allocate_buffer(floats * sizeof(float)));
+    }
+    if (counters > 0) {
+      KV_ASSIGN_OR_RETURN(graph_counters_, platform_.allocate_buffer(counters * sizeof(uint32_t)));
+      platform_.memset(graph_counters_.data(), 0, graph_counters_.bytes());  // before any capture
     }
     // Page ids of the longest possible requests, built on the device at a fixed address.
     const int64_t pages = (int64_t{shape.max_kv_len} + shape.page_size - 1) / shape.page_size;
@@ -360,9 +367,19 @@ class CudaPagedBackend final : public AttentionBackend {
              "cuda-paged: a decode graph needs {} split floats, {} preallocated",
              plan.workspace_floats, workspace.bytes() / sizeof(float));
     KV_RETURN_IF_ERROR(reserve(workspace, workspace_bytes, "split workspace"));
-    auto* ws = workspace.data_as<float>();
-    const size_t partial = plan.workspace_floats / (static_cast<size_t>(layer.head_dim) + 1) *
-                           static_cast<size_t>(layer.head_dim);
+    // The split counters: zero between launches (the kernel's last blocks reset them), so only a
+    // newly allocated buffer is zeroed (on the default stream, before the kernel).
+    Buffer& counters = graph_ ? graph_counters_ : counters_;
+    const size_t counter_bytes = plan.workspace_counters * sizeof(uint32_t);
+    KV_CHECK(!graph_ || counter_bytes <= counters.bytes(),
+             "cuda-paged: a decode graph needs {} split counters, {} preallocated",
+             plan.workspace_counters, counters.bytes() / sizeof(uint32_t));
+    if (counter_bytes > counters.bytes()) {
+      KV_RETURN_IF_ERROR(reserve(counters, counter_bytes, "split counters"));
+      platform_.memset(counters.data(), 0, counters.bytes());
+    }
+    const ops::PagedDecodeWorkspace ws = ops::paged_decode_workspace(
+        plan, workspace.data_as<float>(), counters.data_as<uint32_t>(), layer.head_dim);
     ops::PagedDecodeParams p{
         .q = io.q,
         .k_cache = k_cache,
@@ -374,8 +391,9 @@ class CudaPagedBackend final : public AttentionBackend {
         .page_ids = page_ids,
         .seq_lens = meta + qs.lens,
         .out = io.out,
-        .partial_out = plan.num_splits > 1 ? ws : nullptr,
-        .partial_lse = plan.num_splits > 1 ? ws + partial : nullptr,
+        .partial_out = ws.partial_out,
+        .partial_lse = ws.partial_lse,
+        .split_counters = ws.split_counters,
         .batch = qs.num_queries,
         .num_q_heads = layer.num_heads,
         .num_kv_heads = layer.num_kv_heads,
@@ -536,6 +554,9 @@ class CudaPagedBackend final : public AttentionBackend {
   int64_t rows_ = 0;
   Buffer workspace_;        // eager split workspace, grown on demand
   Buffer graph_workspace_;  // decode graphs: fixed, sized by init_decode_graph_state
+  Buffer counters_;         // eager split counters (zeroed when allocated), grown on demand
+  Buffer graph_counters_;   // decode graphs' split counters: fixed, zeroed by
+                            // init_decode_graph_state
   bool graph_ = false;      // the current plan was staged for a decode graph
   int32_t graph_max_kv_len_ = 0;
   std::optional<ops::PagedDecodePlan> plan_;

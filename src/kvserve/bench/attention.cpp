@@ -244,6 +244,8 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
     plan.min_tokens_per_split = 0;
     plan.workspace_floats = static_cast<size_t>(batch) * c.num_q_heads * c.num_splits *
                             (static_cast<size_t>(c.head_dim) + 1);
+    plan.workspace_counters =
+        tc && c.num_splits > 1 ? static_cast<size_t>(batch) * c.num_kv_heads : 0;
   }
   if (c.min_tokens_per_split >= 0) plan.min_tokens_per_split = c.min_tokens_per_split;
 
@@ -263,9 +265,16 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   platform.memset(p.out, 0xff, out_elems * 2);  // NaN: a row never written shows as an error
   if (plan.num_splits > 1) {
     KV_ASSIGN_OR_RETURN(void* ws, dev.alloc(plan.workspace_floats * sizeof(float)));
-    p.partial_out = static_cast<float*>(ws);
-    p.partial_lse =
-        p.partial_out + static_cast<size_t>(batch) * c.num_q_heads * plan.num_splits * c.head_dim;
+    void* counters = nullptr;
+    if (plan.workspace_counters > 0) {
+      KV_ASSIGN_OR_RETURN(counters, dev.alloc(plan.workspace_counters * sizeof(uint32_t)));
+      platform.memset(counters, 0, plan.workspace_counters * sizeof(uint32_t));
+    }
+    const ops::PagedDecodeWorkspace w = ops::paged_decode_workspace(
+        plan, static_cast<float*>(ws), static_cast<uint32_t*>(counters), c.head_dim);
+    p.partial_out = w.partial_out;
+    p.partial_lse = w.partial_lse;
+    p.split_counters = w.split_counters;
   }
   p.batch = batch;
   p.num_q_heads = c.num_q_heads;

@@ -37,6 +37,11 @@ struct KernelSwitches {
   // KVSERVE_PDL=0: every kernel launched plainly, without programmatic dependent launch
   // (platform/cuda/pdl.cuh).
   bool pdl = true;
+  // KVSERVE_SPLIT_COUNTERS=1: the tensor-core decode kernel merges its splits in the last split
+  // block of each (query, KV head) instead of a merge kernel (ops/paged_decode_params.h:
+  // split_counters). Off by default (the op dispatch drops the params' counters) until the
+  // kernel has run on a GPU: written and unit-tested on the CPU only (2026-12-03).
+  bool split_counters = false;
 };
 
 }  // namespace kvserve::platform

@@ -13,7 +13,7 @@ namespace kvserve::platform {
 // the variable and its valid values for anything else ("KVSERVE_PDL=yes: expected 0 or 1").
 Result<KernelSwitches> kernel_switches_from_env();
 // "fused_kv_store on, decode_tc on, prefill_variant auto, decode_tc_stages auto, skinny_gemm on,
-// pdl on" (the startup log line).
+// pdl on, split_counters on" (the startup log line).
 std::string describe(const KernelSwitches& s);
 
 }  // namespace kvserve::platform

@@ -32,7 +32,11 @@
 // so the softmax statistics need only the reductions across its column (3 shuffles) and no
 // exchange with the output. Heads past the group are zero queries whose columns are dropped.
 // Splits (num_splits > 1): each block writes its normalised partial output (f32) and log-sum-exp
-// (log2 domain) to the workspace in paged_decode's layout; a merge kernel (one warp per
+// (log2 domain) to the workspace in paged_decode's layout. With split counters (the plan's
+// workspace) the last block of each (query, KV head) to finish combines them: it counts itself on
+// the counter after a fence, and the block whose count completes num_splits acquires the others'
+// partials, merges the group's heads into `out` and zeroes the counter for the next launch (no
+// second launch; a CUDA graph replays it as is). Without counters a merge kernel (one warp per
 // (query, head)) combines them. Empty splits write log-sum-exp -inf and a zero partial.
 // An fp8 cache (KV = __nv_fp8_e4m3 / e5m2): cp.async brings the fp8 bytes (half of bf16's: the
 // point, decode is bandwidth-bound) into the stages; each warp widens its own 16 positions of the
@@ -78,8 +82,11 @@ struct DecodeTile {
       static_cast<int>(ops::decode_tc_smem_bytes(HEAD_DIM, STAGES, int{sizeof(KV)}));
   static constexpr int kMinBlocks = ops::decode_tc_ctas_per_sm(HEAD_DIM, STAGES);
   static constexpr int kOStride = HEAD_DIM + 4;  // merge scratch row (floats): no bank conflicts
-  static_assert(size_t{kDecWarps} * 8 * (kOStride + 2) * 4 <= size_t{kSmemBytes},
-                "the warps' merge fits in the K/V stages");
+  // The warps' merge scratch (outputs, maxima, sums) and the last-block flag; the split merge's
+  // log-sum-exps follow (group x num_splits floats, checked at the launch).
+  static constexpr int kSplitScratchAt = kDecWarps * 8 * (kOStride + 2) + 4;  // floats
+  static_assert(size_t{kSplitScratchAt} * 4 <= size_t{kSmemBytes},
+                "the warps' merge (and the last-block flag) fits in the K/V stages");
   static_assert(kDecTile % kRowStep == 0, "whole rows per thread");
   static_assert(kChunks * 8 == HEAD_DIM && kLoadChunks * kLoadElems == HEAD_DIM, "whole chunks");
   static_assert(kLoadChunks <= kLoadLanes && kLoadLanes <= 32, "a row's loads in one pass");
@@ -98,6 +105,53 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
+}
+
+// The split merge of `group` consecutive (query, head) rows from bh0, by one block (the last
+// split block of a (query, KV head) to finish): out = sum_s 2^(lse_s - max) o_s / sum_s 2^(...),
+// splits in order: the merge kernel's arithmetic, so both paths give the same bits (an empty
+// split, lse -inf, weighs 0 and its partial is 0: adding it changes nothing). A thread owns 4
+// dimensions of a head and walks the splits with 8 loads in flight; the partials come from other
+// blocks of the grid, so they are read through L2 (ld.cg). `scratch`: group x num_splits floats
+// of shared memory.
+template <int HEAD_DIM>
+__device__ __forceinline__ void merge_group_splits(const ops::PagedDecodeParams& p, int64_t bh0,
+                                                   int group, float* scratch) {
+  constexpr int kQuads = HEAD_DIM / 4;  // float4 columns of a partial row
+  static_assert(kQuads * 4 == HEAD_DIM, "whole float4 columns");
+  const int ns = p.num_splits;
+  const float* lse = p.partial_lse + bh0 * ns;
+  for (int i = threadIdx.x; i < group * ns; i += blockDim.x)
+    scratch[i] = __ldcg(lse + i);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * kQuads; idx += blockDim.x) {
+    const int h = idx / kQuads;
+    const int c = idx % kQuads;
+    const float* ls = scratch + h * ns;
+    float mm = -INFINITY;
+    for (int s = 0; s < ns; ++s)
+      mm = fmaxf(mm, ls[s]);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float w_sum = 0.f;
+    if (mm != -INFINITY) {
+      const auto* src =
+          reinterpret_cast<const float4*>(p.partial_out + (bh0 + h) * ns * HEAD_DIM) + c;
+#pragma unroll 8
+      for (int s = 0; s < ns; ++s) {
+        const float w = exp2f(ls[s] - mm);  // 0 for an empty split
+        const float4 x = __ldcg(src + static_cast<int64_t>(s) * kQuads);
+        w_sum += w;
+        acc.x += w * x.x;
+        acc.y += w * x.y;
+        acc.z += w * x.z;
+        acc.w += w * x.w;
+      }
+    }
+    const float inv = w_sum > 0.f ? 1.f / w_sum : 0.f;
+    auto* dst = static_cast<__nv_bfloat16*>(p.out) + (bh0 + h) * HEAD_DIM + 4 * c;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  }
 }
 
 // CONTIGUOUS: K/V rows page_indptr[b] + t (page_ids null, page_shift 0), a compile-time choice so
@@ -358,6 +412,26 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
       if (d == 0) p.partial_lse[bh * p.num_splits + split] = ll > 0.f ? mm + log2f(ll) : -INFINITY;
     }
   }
+  if (p.num_splits == 1 || p.split_counters == nullptr) return;
+
+  // The last split block of this (query, KV head) to finish merges (split counters,
+  // paged_decode_params.h): release this block's partial, count it, and let the block whose
+  // arrival completes the count acquire the others' and combine them.
+  int* s_last = reinterpret_cast<int*>(sL + kDecWarps * 8);
+  __threadfence();
+  __syncthreads();  // every thread's partial written and fenced; the scratch reads are done
+  uint32_t* counter = p.split_counters + static_cast<int64_t>(b) * p.num_kv_heads + kvh;
+  if (tid == 0) {
+    const uint32_t arrived = atomicAdd(counter, 1u) + 1u;
+    const bool last = arrived == static_cast<uint32_t>(p.num_splits);
+    if (last) *counter = 0u;  // every block of this launch has counted: ready for the next one
+    *s_last = last;
+  }
+  __syncthreads();
+  if (*s_last == 0) return;
+  __threadfence();
+  merge_group_splits<HEAD_DIM>(p, static_cast<int64_t>(b) * p.num_q_heads + kvh * group, group,
+                               reinterpret_cast<float*>(smem) + T::kSplitScratchAt);
 }
 
 // Combines the splits of each (query, head): out = sum_s 2^(lse_s - max) o_s / sum_s 2^(...).
@@ -465,9 +539,15 @@ void launch_decode_tc(const ops::PagedDecodeParams& p, int page_shift, cudaStrea
     detail::check_failed(__FILE__, __LINE__, "paged decode (tensor cores): too many blocks",
                          std::string(), std::to_string(blocks));
   }
+  if (p.split_counters != nullptr && p.num_splits > 1 &&
+      (T::kSplitScratchAt + int64_t{p.num_q_heads / p.num_kv_heads} * p.num_splits) * 4 >
+          T::kSmemBytes) {
+    unsupported("paged decode (tensor cores): split counters (the last block's merge) for splits",
+                p.num_splits);
+  }
   launch_pdl(kernel, static_cast<unsigned>(blocks), ops::kDecodeTcThreads, T::kSmemBytes, stream,
              p.pdl, p, page_shift);
-  if (p.num_splits == 1) return;
+  if (p.num_splits == 1 || p.split_counters != nullptr) return;  // merged by the last blocks
   const int64_t pairs = static_cast<int64_t>(p.batch) * p.num_q_heads;
   launch_pdl(decode_tc_merge_kernel<HEAD_DIM>,
              static_cast<unsigned>((pairs + kMergeWarps - 1) / kMergeWarps), kMergeWarps * 32, 0,

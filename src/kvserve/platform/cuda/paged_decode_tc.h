@@ -13,7 +13,8 @@
 namespace kvserve::platform::cuda {
 
 // Decode attention on tensor cores over PagedDecodeParams (num_splits > 1: partials into the
-// workspace, then a merge kernel launched with programmatic dependent launch unless
+// workspace, merged by the last split block of each (query, KV head) when the params carry split
+// counters, else by a merge kernel launched with programmatic dependent launch unless
 // $KVSERVE_PDL=0). `stages`: 2, 3 or 4 K/V tiles in flight (resolved by the caller).
 void paged_decode_tc(const ops::PagedDecodeParams& params, int32_t stages, StreamHandle stream);
 

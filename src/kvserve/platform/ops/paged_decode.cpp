@@ -35,6 +35,17 @@ PagedDecodePlan plan_paged_decode(int32_t batch, int32_t num_q_heads, int32_t nu
   return plan;
 }
 
+PagedDecodeWorkspace paged_decode_workspace(const PagedDecodePlan& plan, float* floats,
+                                            uint32_t* counters, int32_t head_dim) {
+  PagedDecodeWorkspace w;
+  if (plan.num_splits <= 1 || floats == nullptr) return w;
+  const size_t rows = plan.workspace_floats / (static_cast<size_t>(head_dim) + 1);
+  w.partial_out = floats;
+  w.partial_lse = floats + rows * static_cast<size_t>(head_dim);
+  if (plan.workspace_counters > 0) w.split_counters = counters;
+  return w;
+}
+
 int32_t num_compute_units(platform::Platform& platform) {
   return platform.device().kind == DeviceKind::kCuda ? platform::cuda::multiprocessor_count() : 1;
 }

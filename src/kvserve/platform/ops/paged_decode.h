@@ -15,7 +15,25 @@ struct PagedDecodePlan {
   int32_t tokens_per_split = 0;
   int32_t min_tokens_per_split = 0;  // what per-request splits keep (PagedDecodeParams)
   size_t workspace_floats = 0;       // partial outputs + log-sum-exps, 0 without splitting
+  // uint32 split counters the plan uses (PagedDecodeParams::split_counters; the tensor-core plan
+  // only, 0 without splitting). They live in a buffer of their own, zeroed once when allocated:
+  // counter i must stay a counter for every plan that buffer serves (plans of other batch sizes
+  // lay their floats out differently), and the kernel leaves them zero after each launch.
+  size_t workspace_counters = 0;
 };
+
+// Where a plan's workspace puts its parts (the layout every caller uses): in `floats`, partial
+// outputs [batch, num_q_heads, num_splits, head_dim] then log-sum-exps [batch, num_q_heads,
+// num_splits]; the split counters at the start of `counters` (a zeroed buffer of at least
+// workspace_counters uint32s, or nullptr: the kernel then merges with a second launch). All null
+// without splitting.
+struct PagedDecodeWorkspace {
+  float* partial_out = nullptr;
+  float* partial_lse = nullptr;
+  uint32_t* split_counters = nullptr;
+};
+PagedDecodeWorkspace paged_decode_workspace(const PagedDecodePlan& plan, float* floats,
+                                            uint32_t* counters, int32_t head_dim);
 
 // Splits each request's KV so that batch x num_kv_heads x splits blocks fill `num_sms`
 // multiprocessors about three times over, keeping at least 256 tokens per split (a split's fixed

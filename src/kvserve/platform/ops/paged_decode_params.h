@@ -20,10 +20,17 @@
 // than one split every chunk writes a partial output and its log-sum-exp to the workspace, and a
 // merge step combines them. seq_lens[b] == 0 gives a zero output (the empty-KV guard).
 // With min_tokens_per_split > 0 each request picks its own chunks instead: as many splits as keep
-// at least min_tokens_per_split tokens each, at most num_splits, of equal length; the blocks of the
+// at least min_tokens_per_split tokens each, at most num_splits, of equal length (the tensor-core
+// kernel: whole 64-position tiles dealt out evenly, decode_tc_split_range); the blocks of the
 // splits it does not use find no tokens and write an empty partial (log-sum-exp -inf, weight 0 in
 // the merge). The launch then depends only on num_splits, not on the lengths: a decode graph
 // captured for a batch size replays any lengths (model/decode_graph_runner.h).
+// Split counters (split_counters, the tensor-core kernel only): one uint32 per (query, KV head),
+// zero before the first launch. Each split block adds one after writing its partial; the block
+// that brings the count to num_splits merges the partials into `out` and sets the counter back to
+// zero, so the next launch (or graph replay) finds them zero again and no merge kernel runs.
+// Without them (nullptr) a second kernel merges. A plan says how many it needs
+// (PagedDecodePlan::workspace_counters, ops/paged_decode.h: a zeroed buffer of their own).
 #pragma once
 
 #include <cstdint>
@@ -53,8 +60,9 @@ struct PagedDecodeParams {
   const int32_t* page_ids = nullptr;     // nullptr: contiguous K/V (page_size 1)
   const int32_t* seq_lens = nullptr;     // [batch]
   void* out = nullptr;                   // [batch, num_q_heads, head_dim] bf16
-  float* partial_out = nullptr;  // [batch, num_q_heads, num_splits, head_dim], num_splits > 1
-  float* partial_lse = nullptr;  // [batch, num_q_heads, num_splits] (log2 domain)
+  float* partial_out = nullptr;        // [batch, num_q_heads, num_splits, head_dim], num_splits > 1
+  float* partial_lse = nullptr;        // [batch, num_q_heads, num_splits] (log2 domain)
+  uint32_t* split_counters = nullptr;  // [batch, num_kv_heads], zero between launches (or nullptr)
   int32_t batch = 0;
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;

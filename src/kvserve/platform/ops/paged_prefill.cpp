@@ -122,30 +122,19 @@ PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t
                                      int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
                                      int32_t stages, int32_t window_left) {
   max_seq_len = windowed_len(max_seq_len, window_left);
+  // A split streams at least two tiles: its fixed costs (the dependent loads before data flows,
+  // the partial it writes and its share of the merge) stay below the bytes it reads.
   constexpr int32_t kMinTokensPerSplit = 2 * kDecodeTcTileTokens;
   constexpr int32_t kMaxSplits = 64;
-  constexpr double kGoodFill = 0.9;
   const int64_t slots = std::max<int64_t>(
       1, int64_t{num_sms} *
              decode_tc_ctas_per_sm(head_dim, resolve_decode_tc_stages(stages, head_dim)));
   const int64_t base = std::max<int64_t>(1, int64_t{batch} * num_kv_heads);
-  int32_t want = 1;
-  if (base < slots) {
-    double best = 0;
-    for (int32_t s = 1; s <= kMaxSplits; ++s) {
-      const int64_t blocks = base * s;
-      const int64_t waves = (blocks + slots - 1) / slots;
-      const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
-      if (fill > best + 1e-12) {
-        best = fill;
-        want = s;
-      }
-      if (fill >= kGoodFill) {
-        want = s;
-        break;
-      }
-    }
-  }
+  // One wave: as many splits as keep every (query, KV head, split) block resident at once. The
+  // blocks then start together, each with its pipeline's tiles in flight, and finish together
+  // (equal lengths); a batch whose blocks already fill the slots (base > slots / 2) gains nothing
+  // from a split but the merge.
+  const int64_t want = std::clamp<int64_t>(slots / base, 1, kMaxSplits);
   const int64_t most =
       std::max<int64_t>(1, (int64_t{max_seq_len} + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
   PagedDecodePlan plan;
@@ -157,6 +146,7 @@ PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t
   if (plan.num_splits > 1) {
     plan.workspace_floats = static_cast<size_t>(batch) * num_q_heads * plan.num_splits *
                             (static_cast<size_t>(head_dim) + 1);
+    plan.workspace_counters = static_cast<size_t>(batch) * num_kv_heads;
   }
   return plan;
 }
@@ -194,9 +184,11 @@ void paged_decode_tc(platform::Platform& platform, const PagedDecodeParams& para
 #if KVSERVE_WITH_CUDA
   if (stages == 0) stages = platform.kernel_switches().decode_tc_stages;
   stages = resolve_decode_tc_stages(stages, params.head_dim);
-  if (params.pdl != platform.kernel_switches().pdl) {  // A/B runs only: the default copies nothing
-    PagedDecodeParams p = params;
-    p.pdl = platform.kernel_switches().pdl;
+  const platform::KernelSwitches& ks = platform.kernel_switches();
+  if (params.pdl != ks.pdl || (params.split_counters != nullptr && !ks.split_counters)) {
+    PagedDecodeParams p = params;  // A/B runs only: the default copies nothing
+    p.pdl = ks.pdl;
+    if (!ks.split_counters) p.split_counters = nullptr;  // the merge kernel
     return platform::cuda::paged_decode_tc(p, stages, platform.resolve(stream));
   }
   platform::cuda::paged_decode_tc(params, stages, platform.resolve(stream));

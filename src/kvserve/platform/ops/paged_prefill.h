@@ -53,7 +53,8 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
 // extends of one token): the same PagedDecodeParams (page_indptr / page_ids / seq_lens per query,
 // bf16 q / out, bf16 or fp8 K / V, head_dim 64 or 128, GQA groups 1..8, page sizes 1..128), the
 // same split workspace layout (partial_out [batch, num_q_heads, num_splits, head_dim] f32, then
-// partial_lse [batch, num_q_heads, num_splits]) and both split modes (per-request splits when
+// partial_lse [batch, num_q_heads, num_splits]; split counters, when given, merge in the kernel's
+// last blocks instead of a second launch) and both split modes (per-request splits when
 // min_tokens_per_split > 0, cut in whole 64-position tiles: decode_tc_split_range).
 
 // Pipeline depth (K/V tiles of 64 positions in flight per block): `requested` when 2, 3 or 4, else
@@ -62,16 +63,20 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
 // KernelSwitches::decode_tc_stages (0: auto) unless they pick a depth themselves.
 int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim);
 
-// The split plan, in PagedDecodePlan's terms (workspace_floats as plan_paged_decode counts them).
-// Blocks are (query, KV head, split); `slots` = num_sms x decode_tc_ctas_per_sm are resident at
-// once. Without splitting, batch x num_kv_heads >= slots: one split. Otherwise the fewest splits
-// whose blocks fill their waves to >= 90 % (blocks / (ceil(blocks / slots) x slots)), else the
-// best fill, of at most 64 splits; then at most ceil(max_seq_len / 128) (two tiles per split).
-// The first choice does not depend on max_seq_len, so per-request splits (min_tokens_per_split =
-// 128) cut a request of length L into min(that, ceil(L / 128)) for any max_seq_len >= L: a decode
-// graph's plan for the longest possible request cuts every request as the eager plan does.
-// tokens_per_split: ceil(max_seq_len / num_splits) rounded up to whole tiles. A sliding window
-// (window_left >= 0) plans over the windowed_len(max_seq_len, window_left) positions a query reads.
+// The split plan, in PagedDecodePlan's terms (workspace_floats as plan_paged_decode counts them,
+// and workspace_counters = batch x num_kv_heads split counters: the last split block of each
+// (query, KV head) merges, ops/paged_decode_params.h). Blocks are (query, KV head, split);
+// `slots` = num_sms x decode_tc_ctas_per_sm are resident at once. One wave: num_splits =
+// slots / (batch x num_kv_heads), between 1 and 64, so that every block starts at once with its
+// pipeline's tiles in flight and the blocks finish together; a batch whose blocks already take more
+// than half the slots does not split (a split would only add the merge). Then at most
+// ceil(max_seq_len / 128): a split streams two tiles or more (its fixed costs, the dependent loads
+// before data flows and its share of the merge, stay below what it reads). The first choice does
+// not depend on max_seq_len, so per-request splits (min_tokens_per_split = 128) cut a request of
+// length L into min(that, ceil(L / 128)) for any max_seq_len >= L: a decode graph's plan for the
+// longest possible request cuts every request as the eager plan does. tokens_per_split:
+// ceil(max_seq_len / num_splits) rounded up to whole tiles. A sliding window (window_left >= 0)
+// plans over the windowed_len(max_seq_len, window_left) positions a query reads.
 PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                      int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
                                      int32_t stages = 0, int32_t window_left = -1);

@@ -124,9 +124,11 @@ struct DecodeSplitRange {
 // kernel cuts the windowed_len positions the query reads and offsets them by window_first):
 //   * num_splits <= 1: everything;
 //   * min_tokens_per_split > 0 (per-request splits): the query uses
-//     min(num_splits, ceil(seq_len / min_tokens_per_split)) splits (at least 1), of an equal
-//     whole number of 64-position tiles each; the splits past its last tile are empty. The split
-//     count depends on seq_len only, so a decode graph's plan (num_splits for the longest possible
+//     used = min(num_splits, ceil(seq_len / min_tokens_per_split)) splits (at least 1) and deals
+//     its ceil(seq_len / 64) tiles out to them as evenly as whole tiles allow (the first
+//     tiles % used splits take one tile more), so every used split is non-empty and the longest
+//     holds ceil(tiles / used) tiles; the splits past `used` are empty. The cut depends on
+//     seq_len and num_splits only, so a decode graph's plan (num_splits for the longest possible
 //     request) cuts every request as the eager plan does;
 //   * otherwise every query is cut alike in tokens_per_split chunks, and the last split takes
 //     whatever a short tokens_per_split would leave over.
@@ -136,13 +138,21 @@ KVSERVE_HOST_DEVICE inline DecodeSplitRange decode_tc_split_range(int32_t seq_le
                                                                   int32_t tokens_per_split,
                                                                   int32_t min_tokens_per_split) {
   if (num_splits <= 1) return {0, seq_len};
-  int64_t len = tokens_per_split;
   if (min_tokens_per_split > 0) {
     int64_t used = (int64_t{seq_len} + min_tokens_per_split - 1) / min_tokens_per_split;
     used = used < 1 ? 1 : (used > num_splits ? num_splits : used);
+    if (split >= used) return {seq_len, seq_len};
     const int64_t tiles = (int64_t{seq_len} + kDecodeTcTileTokens - 1) / kDecodeTcTileTokens;
-    len = (tiles + used - 1) / used * kDecodeTcTileTokens;
+    const int64_t q = tiles / used;
+    const int64_t r = tiles % used;
+    const int64_t first = split * q + (split < r ? split : r);
+    const int64_t last = first + q + (split < r ? 1 : 0);
+    const int64_t begin = first * kDecodeTcTileTokens;
+    const int64_t end = last * kDecodeTcTileTokens;
+    if (begin >= seq_len) return {seq_len, seq_len};
+    return {static_cast<int32_t>(begin), static_cast<int32_t>(end < seq_len ? end : seq_len)};
   }
+  int64_t len = tokens_per_split;
   if (len < 1) len = 1;
   const int64_t begin = int64_t{split} * len;
   if (begin >= seq_len) return {seq_len, seq_len};
