@@ -79,7 +79,16 @@ TEST(AsyncServer, IdleStreamsHoldNoThreads) {
     ASSERT_EQ(status_of(head), 200) << head;
     EXPECT_NE(head.find("text/event-stream"), std::string::npos) << head;
   }
-  const json busy = s.get("/get_server_info").second;
+  // Submitted before each head left; the engine thread takes them from its inbox at its next
+  // step.
+  json busy;
+  for (int i = 0; i < 2000; ++i) {
+    busy = s.get("/get_server_info").second;
+    if (busy["num_running_reqs"].get<int>() + busy["num_waiting_reqs"].get<int>() == kStreams) {
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
   EXPECT_EQ(busy["num_running_reqs"].get<int>() + busy["num_waiting_reqs"].get<int>(), kStreams)
       << busy.dump();
   const int threads_held = thread_count();
