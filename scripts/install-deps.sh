@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libopenblas-openmp-dev libcpp-httplib-dev
+  libboost-dev  # Boost.Asio + Boost.Beast, header-only: the asynchronous HTTP server
   libgtest-dev libgmock-dev libbenchmark-dev
   libsndfile1-dev libfftw3-dev libsamplerate0-dev  # audio front end (Whisper)
   libzmq3-dev cppzmq-dev  # the prefill/decode control plane (pd/)

@@ -250,7 +250,7 @@ Command add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-connections", o->server.max_connections,
-                  "Open HTTP connections served at once (a thread each); beyond: 503")
+                  "Open HTTP connections served at once; beyond: 503 with Retry-After")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--http-header-timeout", o->server.header_timeout_s,

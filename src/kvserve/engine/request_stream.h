@@ -1,11 +1,14 @@
 // RequestStream: the channel from the engine thread to the one client waiting for a request.
 // The engine pushes events (new tokens with their logprobs; the last one carries the finish
-// reason); the client side pops them, blocking with a timeout. Thread-safe.
+// reason); the client side pops them, blocking with a timeout, or is told of each push through a
+// notifier (an event-driven reader: the asynchronous server). Thread-safe.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -55,12 +58,32 @@ struct StreamEvent {
 
 class RequestStream {
  public:
+  using Notifier = std::function<void()>;
+
   void push(StreamEvent e) {
+    std::shared_ptr<const Notifier> notify;
     {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(std::move(e));
+      notify = notify_;
     }
     cv_.notify_one();
+    if (notify) (*notify)();
+  }
+
+  // Calls `notify` (on the pushing thread: the engine's dispatcher; it must be short and must not
+  // call back into this stream's push) after every push from now on, and once now if events are
+  // already queued. Null stops notifying (a push already running may still call the old one).
+  void set_notifier(Notifier notify) {
+    std::shared_ptr<const Notifier> n =
+        notify ? std::make_shared<const Notifier>(std::move(notify)) : nullptr;
+    bool queued = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      notify_ = n;
+      queued = !events_.empty();
+    }
+    if (n && queued) (*n)();
   }
 
   // Waits up to `timeout` for an event; false on timeout.
@@ -86,6 +109,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::shared_ptr<const Notifier> notify_;
 };
 
 }  // namespace kvserve::engine

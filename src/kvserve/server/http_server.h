@@ -1,56 +1,28 @@
-// The HTTP server: SGLang's /generate and OpenAI's /v1 API over one Engine (cpp-httplib from
-// Debian, a thread per connection from a pool; engine work stays on the engine thread).
+// The HTTP server: SGLang's /generate and OpenAI's /v1 API over one Engine, on the asynchronous
+// server (server/async_http_server.h: Boost.Asio + Beast, one I/O thread, a small worker pool;
+// engine work stays on the engine thread, streams are driven by the engine's events).
 //
 //   POST /generate, /v1/completions, /v1/chat/completions   (stream: server-sent events)
 //   GET  /v1/models, /health, /health_generate, /get_server_info, /metrics
 //   POST /flush_cache
 // With an API key, every endpoint but /health needs "Authorization: Bearer KEY" (401 without).
 // Errors are OpenAI-style JSON bodies with a 4xx/5xx status. A client that disconnects aborts
-// its requests (the socket is polled while the engine works).
+// its requests (its socket is watched while the engine works).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "kvserve/engine/engine.h"
 #include "kvserve/server/admission.h"
 #include "kvserve/server/job.h"
-
-namespace httplib {
-class Server;
-}
+#include "kvserve/server/server_options.h"
 
 namespace kvserve::server {
 
-struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 30000;  // 0: any free port
-  std::string api_key;
-  std::string served_model_name;  // empty: the model directory's name
-  size_t max_body_bytes = size_t{32} << 20;
-  size_t max_head_bytes = size_t{16} << 10;  // request line + headers (431 above)
-  // A thread per connection, started on demand; above this many, 503 with Retry-After.
-  int max_connections = 4096;
-  int header_timeout_s = 10;     // the whole request head (slowloris)
-  int keep_alive_timeout_s = 5;  // idle between requests on one connection
-  int read_timeout_s = 60;       // longest pause inside a request body
-  int write_timeout_s = 60;      // longest wait for a client to take what we send
-  // SGLang's --max-queued-requests: with this many requests waiting for the engine, new
-  // generation requests get 503 with Retry-After. 0: no limit.
-  int max_queued_requests = 0;
-  // SGLang's --sampling-defaults: "model" (generation_config.json) or "openai" (temperature 1,
-  // top_p 1, no top-k / min-p / repetition penalty).
-  std::string sampling_defaults = "model";
-};
-
-// Shared with the transcription server (server/transcription_server.h): the hardened connection
-// layer (server/http_transport.h) with the options' limits and timeouts.
-std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& options);
-// The API key check, and JSON bodies for httplib's own errors and for exceptions.
-void configure_http_server(httplib::Server& s, const ServerOptions& options);
-// Binds per options (port 0: any free port), raises the listen backlog; returns the port, or
-// kUnavailable naming the address.
-Result<int> bind_http_server(httplib::Server& s, const ServerOptions& options);
+class AsyncHttpServer;
+class HttpRouter;
 
 class HttpServer {
  public:
@@ -62,6 +34,7 @@ class HttpServer {
   int port() const { return bound_port_; }
   // Serves until stop(); call after bind().
   void run();
+  // Stops accepting; run() returns once the exchanges in flight have ended (or a few seconds).
   void stop();
 
  private:
@@ -73,7 +46,8 @@ class HttpServer {
 
   engine::Engine& engine_;
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<AsyncHttpServer> http_;
+  std::unique_ptr<HttpRouter> router_;
   int bound_port_ = 0;
   std::string model_name_;
   Admission admission_;

@@ -8,17 +8,21 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <system_error>
 #include <thread>
 
 #include "kvserve/core/logging.h"
+#include "kvserve/server/api_key.h"
 #include "kvserve/server/errors.h"
 
 namespace kvserve::server {
@@ -283,6 +287,44 @@ class ConnectionStream final : public httplib::Stream {
   milliseconds write_timeout_;
 };
 
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
+  res.set_content(e.body(), "application/json");
+}
+
+// Debian's cpp-httplib is compiled with a listen backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG): a
+// burst of clients (bench-serving opens 64 or more at once) would overflow the accept queue and
+// stall in SYN retransmits. listen() again on the bound socket raises the backlog; httplib does
+// not expose the descriptor, so find the listening socket on `port` among ours.
+void widen_listen_backlog(int port) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (...) {
+      continue;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) {
+      bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    }
+    if (bound == port && listen(fd, SOMAXCONN) != 0) {
+      KV_LOG_WARN("could not raise the listen backlog of port {}", port);
+    }
+  }
+}
+
 }  // namespace
 
 HardenedServer::HardenedServer(TransportOptions options) : options_(std::move(options)) {
@@ -395,6 +437,81 @@ void HardenedServer::serve_connection(int fd) {
     if (!ok || closed || last) return;
     in.shrink_to_fit();
   }
+}
+
+std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& options) {
+  TransportOptions t;
+  t.framing.max_body_bytes = options.max_body_bytes;
+  t.framing.max_head_bytes = options.max_head_bytes;
+  t.max_connections = options.max_connections;
+  t.header_timeout = std::chrono::seconds(options.header_timeout_s);
+  t.keep_alive_timeout = std::chrono::seconds(options.keep_alive_timeout_s);
+  t.read_timeout = std::chrono::seconds(options.read_timeout_s);
+  t.write_timeout = std::chrono::seconds(options.write_timeout_s);
+  return std::make_unique<HardenedServer>(t);
+}
+
+void configure_http_server(httplib::Server& s, const ServerOptions& options) {
+  s.set_payload_max_length(options.max_body_bytes);
+  s.set_read_timeout(options.read_timeout_s, 0);
+  s.set_write_timeout(options.write_timeout_s, 0);
+
+  // Authentication: everything but /health needs the key.
+  s.set_pre_routing_handler(
+      [key = options.api_key](const httplib::Request& req, httplib::Response& res) {
+        if (key.empty() || req.path == "/health")
+          return httplib::Server::HandlerResponse::Unhandled;
+        if (api_key_matches(req.get_header_value("Authorization"), key)) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        send_error(res, {401, "invalid API key (send Authorization: Bearer <key>)",
+                         "invalid_request_error", "", "invalid_api_key"});
+        return httplib::Server::HandlerResponse::Handled;
+      });
+  // Errors httplib produces itself (404, 405, 413, 400 on a broken request) get a JSON body.
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = fmt::format("HTTP error {}", res.status);
+    if (res.status == 404) msg = fmt::format("no route for {} {}", req.method, req.path);
+    if (res.status == 405) msg = fmt::format("{} is not allowed on {}", req.method, req.path);
+    if (res.status == 413) msg = "the request body is too large";
+    if (res.status == 400) msg = "malformed HTTP request";
+    const char* type = res.status >= 500 ? "internal_error" : "invalid_request_error";
+    res.set_content(ApiError{res.status, msg, type, "", ""}.body(), "application/json");
+  });
+  // A handler that throws is a bug; the client still gets an OpenAI-style error without the
+  // library's text: a JSON access that did not fit the document (a field of an unexpected type)
+  // is the request's fault (400), running out of memory is 503, anything else 500.
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
+                             std::exception_ptr ep) {
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const nlohmann::json::exception& e) {
+      KV_LOG_WARN("{} {}: JSON access failed: {}", req.method, req.path, e.what());
+      return send_error(res, bad_request("a field of the request has an unexpected type"));
+    } catch (const std::bad_alloc&) {
+      KV_LOG_ERROR("{} {}: out of memory", req.method, req.path);
+      return send_error(res, {503, "the server is out of memory", "service_unavailable", "", ""});
+    } catch (const std::exception& e) {
+      KV_LOG_ERROR("{} {}: handler failed: {}", req.method, req.path, e.what());
+    } catch (...) {
+      KV_LOG_ERROR("{} {}: handler failed", req.method, req.path);
+    }
+    send_error(res, {500, "internal error", "internal_error", "", ""});
+  });
+}
+
+Result<int> bind_http_server(httplib::Server& s, const ServerOptions& options) {
+  int port = options.port;
+  if (port == 0) {
+    port = s.bind_to_any_port(options.host);
+    if (port <= 0) return unavailable("cannot bind {}: no free port", options.host);
+  } else if (!s.bind_to_port(options.host, options.port)) {
+    return unavailable("cannot bind {}:{} (in use, or not a local address)", options.host,
+                       options.port);
+  }
+  widen_listen_backlog(port);
+  return port;
 }
 
 }  // namespace kvserve::server

@@ -1,6 +1,7 @@
-// The connection layer under the HTTP handlers: httplib's Server (Debian's cpp-httplib 0.11)
-// with its per-connection loop replaced. httplib still parses the request it is given and runs
-// the routes; this layer owns the socket:
+// The threaded HTTP server (the transcription server's; HttpServer runs on the asynchronous one,
+// server/async_http_server.h). The connection layer under the HTTP handlers: httplib's Server
+// (Debian's cpp-httplib 0.11) with its per-connection loop replaced. httplib still parses the
+// request it is given and runs the routes; this layer owns the socket:
 //   - the request head must arrive whole within header_timeout (slowloris), at most
 //     max_head_bytes (431); framing is checked strictly before httplib parses anything
 //     (server/http_framing.h: conflicting Content-Length 400, unknown Transfer-Encoding 400,
@@ -18,7 +19,9 @@
 #include <cstddef>
 #include <memory>
 
+#include "kvserve/core/status.h"
 #include "kvserve/server/http_framing.h"
+#include "kvserve/server/server_options.h"
 
 namespace kvserve::server {
 
@@ -47,5 +50,13 @@ class HardenedServer : public httplib::Server {
   TransportOptions options_;
   std::atomic<int> open_{0};
 };
+
+// The hardened connection layer with the options' limits and timeouts.
+std::unique_ptr<httplib::Server> make_http_server(const ServerOptions& options);
+// The API key check, and JSON bodies for httplib's own errors and for exceptions.
+void configure_http_server(httplib::Server& s, const ServerOptions& options);
+// Binds per options (port 0: any free port), raises the listen backlog; returns the port, or
+// kUnavailable naming the address.
+Result<int> bind_http_server(httplib::Server& s, const ServerOptions& options);
 
 }  // namespace kvserve::server

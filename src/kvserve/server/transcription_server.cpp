@@ -17,6 +17,7 @@
 #include "kvserve/engine/stream_tokens.h"
 #include "kvserve/mem/encoder_layout.h"
 #include "kvserve/server/errors.h"
+#include "kvserve/server/http_transport.h"
 
 namespace kvserve::server {
 namespace {

@@ -9,7 +9,8 @@
 //                                   prompt (accepted and ignored)
 //   GET  /v1/models, /health, /get_server_info (/server_info)
 //   POST /generate, /v1/completions, /v1/chat/completions: 400, a speech-recognition model
-// Authentication, body limit and error bodies as HttpServer's (configure_http_server). The HTTP
+// Authentication, body limit and error bodies as HttpServer's (configure_http_server). It runs on
+// the threaded server (server/http_transport.h), not the asynchronous one: the HTTP
 // thread decodes the upload and computes the features, then waits for the engine's tokens.
 #pragma once
 
@@ -18,7 +19,11 @@
 
 #include "kvserve/engine/engine.h"
 #include "kvserve/model/whisper_front_end.h"
-#include "kvserve/server/http_server.h"
+#include "kvserve/server/server_options.h"
+
+namespace httplib {
+class Server;
+}
 
 namespace kvserve::server {
 
