@@ -12,9 +12,7 @@
 //   Page size is a run-time shift and mask per key row (powers of two): the slot of a row costs
 //   one page-id load shared by the 8 or 16 lanes of that row, hidden behind the previous tile.
 // Grid: x walks the query tiles of all requests from the last (the longest causal rows) to the
-// first, y the KV heads. Request b owns tiles [start(b), start(b + 1)) with
-// start(b) = qo_indptr[b] * group / BLOCK_M + b: at least its ceil(q_len * group / BLOCK_M)
-// tiles with no host-built list (group-independent metadata); a spare tile exits at once.
+// first, y the KV heads (prefill_tiles.cuh: which request owns a tile; a spare one exits at once).
 //
 // An fp8 cache (KV = __nv_fp8_e4m3 / e5m2): cp.async brings the tiles' fp8 bytes into the two
 // stages (plain rows); after a tile lands the block widens it into one bf16 K and V tile (exact,
@@ -41,6 +39,7 @@
 #include "kvserve/platform/cuda/kv_elem.cuh"
 #include "kvserve/platform/cuda/mma_sm80.cuh"
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/cuda/prefill_tiles.cuh"
 
 namespace kvserve::platform::cuda {
 namespace {
@@ -103,24 +102,12 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int kvh = blockIdx.y;
   const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
 
-  // The request owning this tile: the last b with start(b) <= tile (start is increasing).
-  auto start = [&](int b) {
-    return static_cast<int>(static_cast<int64_t>(p.qo_indptr[b]) * group / kBlockM) + b;
-  };
-  int lo = 0, hi = p.batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (start(mid) <= tile) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const int b = lo;
-  const int q0 = p.qo_indptr[b];
-  const int q_len = p.qo_indptr[b + 1] - q0;
-  const int rows = q_len * group;
-  const int m0 = (tile - start(b)) * kBlockM;
+  const PrefillTile pt = locate_prefill_tile<kBlockM>(p, group, tile);
+  const int b = pt.b;
+  const int q0 = pt.q0;
+  const int q_len = pt.q_len;
+  const int rows = pt.rows;
+  const int m0 = pt.m0;
   if (m0 >= rows) return;  // a spare tile
   const int kv_len = p.kv_lens[b];
   // KV positions this tile needs ([0, kv_end)) and those every row sees ([0, kv_full)).
@@ -438,8 +425,7 @@ void launch(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t strea
   auto* kernel = p.page_ids == nullptr
                      ? configured_prefill_kernel<KV, HEAD_DIM, WARPS, M_TILES, true>()
                      : configured_prefill_kernel<KV, HEAD_DIM, WARPS, M_TILES, false>();
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int64_t tiles = static_cast<int64_t>(p.total_q) * group / T::kBlockM + p.batch;
+  const int64_t tiles = prefill_query_tiles(p, T::kBlockM);
   if (tiles > 0x7fffffff) {
     detail::check_failed(__FILE__, __LINE__, "paged prefill: too many query tiles", std::string(),
                          std::to_string(tiles));

@@ -6,8 +6,7 @@
 //
 // Work: one block per (query tile of 128 rows, KV head), rows = (token, query head of the GQA
 // group) pairs packed token-major as in the mma.sync kernel, so one K/V tile serves the group.
-// The grid walks the tiles from the last (longest causal rows) to the first; request b owns
-// tiles [start(b), start(b + 1)), start(b) = qo_indptr[b] * group / 128 + b.
+// The grid walks the tiles from the last (longest causal rows) to the first (prefill_tiles.cuh).
 //
 // Warp roles (384 threads, __launch_bounds__(384, 1): 168 registers each at entry):
 //   * warpgroup 0, the producer (setmaxnreg down to 56): cp.async brings the Q tile and then
@@ -40,6 +39,7 @@
 #include "kvserve/platform/cuda/cuda_check.h"
 #include "kvserve/platform/cuda/mma_sm80.cuh"
 #include "kvserve/platform/cuda/ops.h"
+#include "kvserve/platform/cuda/prefill_tiles.cuh"
 #include "kvserve/platform/cuda/wgmma_sm90.cuh"
 
 namespace kvserve::platform::cuda {
@@ -89,23 +89,12 @@ __global__ void __launch_bounds__(384, 1)
   const int group = p.num_q_heads / p.num_kv_heads;
   const int kvh = blockIdx.y;
   const int tile = num_tiles - 1 - static_cast<int>(blockIdx.x);
-  auto start = [&](int b) {
-    return static_cast<int>(static_cast<int64_t>(p.qo_indptr[b]) * group / kBlockM) + b;
-  };
-  int lo = 0, hi = p.batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (start(mid) <= tile) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const int b = lo;
-  const int q0 = p.qo_indptr[b];
-  const int q_len = p.qo_indptr[b + 1] - q0;
-  const int rows = q_len * group;
-  const int m0 = (tile - start(b)) * kBlockM;
+  const PrefillTile pt = locate_prefill_tile<kBlockM>(p, group, tile);
+  const int b = pt.b;
+  const int q0 = pt.q0;
+  const int q_len = pt.q_len;
+  const int rows = pt.rows;
+  const int m0 = pt.m0;
   if (m0 >= rows) return;  // a spare tile (uniform: the whole block leaves)
   const int kv_len = p.kv_lens[b];
   const int tok_first = m0 / group;
@@ -430,8 +419,7 @@ void launch_sm90(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t 
                                  : configured_sm90_kernel<HEAD_DIM, true, false>())
                      : (pingpong ? configured_sm90_kernel<HEAD_DIM, false, true>()
                                  : configured_sm90_kernel<HEAD_DIM, false, false>());
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int64_t tiles = static_cast<int64_t>(p.total_q) * group / T::kBlockM + p.batch;
+  const int64_t tiles = prefill_query_tiles(p, T::kBlockM);
   if (tiles > 0x7fffffff) unsupported_sm90("paged prefill sm90: too many query tiles", 0);
   const dim3 grid(static_cast<unsigned>(tiles), p.num_kv_heads);
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, page_shift, static_cast<int>(tiles));
