@@ -54,21 +54,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const ops::Sample
     __syncthreads();
   }
 
-  // Penalties in place; entries are unique by token, so no two threads write one logit.
-  for (int e = pen_begin + threadIdx.x; e < pen_end; e += kThreads) {
-    const ops::PenaltyEntry pe = p.penalty_entries[e];
-    if (pe.token < 0 || pe.token >= vocab) continue;
-    float l = x[pe.token];
-    if (rp.repetition_penalty != 1.0f && (pe.in_prompt != 0 || pe.output_count > 0)) {
-      l = l > 0 ? __fdiv_rn(l, rp.repetition_penalty) : __fmul_rn(l, rp.repetition_penalty);
-    }
-    if (pe.output_count > 0) {
-      const float f = __fmul_rn(rp.frequency_penalty, static_cast<float>(pe.output_count));
-      l = __fsub_rn(l, __fadd_rn(f, rp.presence_penalty));
-    }
-    x[pe.token] = l;
-  }
-  __syncthreads();  // the rewritten logits are visible to the whole block
+  apply_penalties(x, vocab, rp, p.penalty_entries, pen_begin, pen_end);
 
   // Max and argmax, lowest id on ties (NaNs never win).
   float best = -FLT_MAX;

@@ -1,7 +1,8 @@
 // The device sampler's shared pieces (sampling.cu: the radix-select kernel; sampling_bins.cu: the
 // binned-select kernel, which falls back to the radix select for rows its bins cannot resolve):
-// block size, the order key of a logit, the kept-set boundary, the counter-based uniform, and the
-// radix select of the top-k and top-p boundaries (ops/sampling_params.h states the semantics).
+// block size, the penalties, the order key of a logit, the kept-set boundary, the counter-based
+// uniform, and the radix select of the top-k and top-p boundaries (ops/sampling_params.h states
+// the semantics).
 #pragma once
 
 #include <cfloat>
@@ -67,6 +68,28 @@ struct Boundary {
   int id = INT_MAX;
   __device__ bool keeps(uint32_t k, int i) const { return k > key || (k == key && i <= id); }
 };
+
+// Repetition, frequency and presence penalties of one row, in place on its logits x from the
+// row's entries [begin, end) (unique by token, so no two threads write one logit); every thread of
+// the block calls it, and the rewritten logits are visible to the whole block on return.
+__device__ __forceinline__ void apply_penalties(float* x, int vocab, const ops::SampleRowParams& rp,
+                                                const ops::PenaltyEntry* entries, int begin,
+                                                int end) {
+  for (int e = begin + static_cast<int>(threadIdx.x); e < end; e += kThreads) {
+    const ops::PenaltyEntry pe = entries[e];
+    if (pe.token < 0 || pe.token >= vocab) continue;
+    float l = x[pe.token];
+    if (rp.repetition_penalty != 1.0f && (pe.in_prompt != 0 || pe.output_count > 0)) {
+      l = l > 0 ? __fdiv_rn(l, rp.repetition_penalty) : __fmul_rn(l, rp.repetition_penalty);
+    }
+    if (pe.output_count > 0) {
+      const float f = __fmul_rn(rp.frequency_penalty, static_cast<float>(pe.output_count));
+      l = __fsub_rn(l, __fadd_rn(f, rp.presence_penalty));
+    }
+    x[pe.token] = l;
+  }
+  __syncthreads();
+}
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
