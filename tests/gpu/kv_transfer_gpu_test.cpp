@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "kvserve/disagg/kv_runs.h"
@@ -116,8 +117,12 @@ struct Receiver {
                             std::to_string(up[1]) + " " + std::to_string(page_size) + " " +
                             std::to_string(pages) + " " + std::to_string(seed);
     std::vector<std::string> envs = {env};
-    for (char** e = environ; *e != nullptr; ++e)
+    // The child runs one named test: GoogleTest's sharding variables would filter it out.
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view v(*e);
+      if (v.starts_with("GTEST_SHARD_INDEX=") || v.starts_with("GTEST_TOTAL_SHARDS=")) continue;
       envs.emplace_back(*e);
+    }
     std::vector<char*> envp;
     for (auto& e : envs)
       envp.push_back(e.data());

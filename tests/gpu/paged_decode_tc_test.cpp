@@ -444,7 +444,10 @@ TEST(PagedDecodeTc, CapturedGraphReplaysNewLengths) {
   for (const bool counters : {true, false}) {
     const uint64_t seed = counters ? 901 : 951;
     std::cout << "[ seed     ] " << seed << " counters " << counters << std::endl;
-    DecodeInputs in(*cuda, s, {4097, 1, 300, 2000, 129, 64, 1000, 17, 3000}, seed, plan.num_splits);
+    // The pool holds every request at its longest (the last replay's lengths); the first replay's
+    // lengths are set before the capture.
+    DecodeInputs in(*cuda, s, std::vector<int32_t>(bs, 4097), seed, plan.num_splits);
+    in.reshape({4097, 1, 300, 2000, 129, 64, 1000, 17, 3000}, seed);
     in.run(plan, 0, counters);  // eager first: the kernels are configured before the capture
     platform::Stream stream(*cuda);
     ASSERT_TRUE(cuda->begin_capture(stream.handle()).is_ok());
