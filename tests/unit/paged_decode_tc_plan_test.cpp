@@ -140,10 +140,11 @@ TEST(DecodeTcPlan, FillsTheResidentSlots) {
   EXPECT_EQ(p.workspace_floats, size_t{16} * 32 * 2 * 129);
   EXPECT_EQ(p.workspace_counters, size_t{16} * 8);
   EXPECT_EQ(p.tokens_per_split, 2048);
-  EXPECT_EQ(p.min_tokens_per_split, 2 * kTile);
-  // Batch 1: 33 splits x 8 KV heads = 264 blocks, 2 tiles each at 4096 positions.
+  EXPECT_EQ(p.min_tokens_per_split, 4 * kTile);
+  // Batch 1: 33 splits x 8 KV heads = 264 blocks would fit; at 4096 positions the four-tile floor
+  // caps them at 16.
   p = ops::plan_paged_decode_tc(1, 32, 8, 128, 4096, kSms, 3);
-  EXPECT_EQ(p.num_splits, 32);  // capped: 4096 / 128
+  EXPECT_EQ(p.num_splits, 16);  // capped: 4096 / 256
   EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 1 << 20, kSms, 3).num_splits, 33);
   // Every choice is one wave of as many splits as fit the resident slots, at most 64.
   for (int32_t bs = 1; bs <= 300; ++bs) {
@@ -159,9 +160,9 @@ TEST(DecodeTcPlan, FillsTheResidentSlots) {
       }
     }
   }
-  // Short requests cap the splits at two tiles each.
-  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 200, kSms, 3).num_splits, 2);
-  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 128, kSms, 3).num_splits, 1);
+  // Short requests cap the splits at four tiles each.
+  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 300, kSms, 3).num_splits, 2);
+  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 256, kSms, 3).num_splits, 1);
   EXPECT_EQ(ops::plan_paged_decode_tc(4, 32, 8, 128, 0, kSms, 3).num_splits, 1);
   // tokens_per_split: whole tiles covering the longest request.
   for (const int32_t len : {1, 63, 64, 65, 1000, 4097, 100000}) {

@@ -122,9 +122,11 @@ PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t
                                      int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
                                      int32_t stages, int32_t window_left) {
   max_seq_len = windowed_len(max_seq_len, window_left);
-  // A split streams at least two tiles: its fixed costs (the dependent loads before data flows,
-  // the partial it writes and its share of the merge) stay below the bytes it reads.
-  constexpr int32_t kMinTokensPerSplit = 2 * kDecodeTcTileTokens;
+  // A split streams at least four tiles: its fixed costs (the dependent loads before data flows,
+  // the partial it writes and its share of the merge) stay below the bytes it reads. Measured on
+  // the H200 at 1 x 4096 (docs/perf/2026-12-03-gpu-validation.md): 16 splits of four tiles
+  // 12.5 us, 32 of two 13.4 us, 64 of one 18.3 us.
+  constexpr int32_t kMinTokensPerSplit = 4 * kDecodeTcTileTokens;
   constexpr int32_t kMaxSplits = 64;
   const int64_t slots = std::max<int64_t>(
       1, int64_t{num_sms} *

@@ -28,10 +28,11 @@ std::string_view prefill_variant_name(PrefillVariant v);
 bool prefill_sm90_supports(const PagedPrefillParams& params);
 // Whether the platform's device runs the sm_90a kernel (a CUDA device of compute capability 9.x).
 bool prefill_sm90_device(platform::Platform& platform);
-// Whether kAuto may pick the sm_90a kernel. Off until the kernel has passed the GPU suite and been
-// timed on the H200 (docs/perf/2026-12-03-prefill-sm90.md: written without a device run); until
-// then it runs where asked for (--variant sm90, KVSERVE_PREFILL_VARIANT=sm90).
-inline constexpr bool kPrefillAutoSm90 = false;
+// Whether kAuto may pick the sm_90a kernel: on since it passed paged_prefill_test's sm90 cases on
+// the H200 and ran at 1.5-1.7x the mma.sync kernel's speed there
+// (docs/perf/2026-12-03-gpu-validation.md). KVSERVE_PREFILL_VARIANT=mma forces the mma.sync
+// kernel for A/B runs.
+inline constexpr bool kPrefillAutoSm90 = true;
 
 // The kernel and tile a launch runs, never kAuto or kMma:
 //   * an mma.sync tile (m64w4 / m128w8 / m128w4) when asked for;
@@ -70,10 +71,10 @@ int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim);
 // slots / (batch x num_kv_heads), between 1 and 64, so that every block starts at once with its
 // pipeline's tiles in flight and the blocks finish together; a batch whose blocks already take more
 // than half the slots does not split (a split would only add the merge). Then at most
-// ceil(max_seq_len / 128): a split streams two tiles or more (its fixed costs, the dependent loads
+// ceil(max_seq_len / 256): a split streams four tiles or more (its fixed costs, the dependent loads
 // before data flows and its share of the merge, stay below what it reads). The first choice does
-// not depend on max_seq_len, so per-request splits (min_tokens_per_split = 128) cut a request of
-// length L into min(that, ceil(L / 128)) for any max_seq_len >= L: a decode graph's plan for the
+// not depend on max_seq_len, so per-request splits (min_tokens_per_split = 256) cut a request of
+// length L into min(that, ceil(L / 256)) for any max_seq_len >= L: a decode graph's plan for the
 // longest possible request cuts every request as the eager plan does. tokens_per_split:
 // ceil(max_seq_len / num_splits) rounded up to whole tiles. A sliding window (window_left >= 0)
 // plans over the windowed_len(max_seq_len, window_left) positions a query reads.
