@@ -4,11 +4,14 @@
 // inside its range, out-of-memory inside it, and a ModelRunner whose KV cache is sized from it.
 // Pools here have fixed sizes: ctest runs GPU suites side by side, so no test may take the whole
 // GPU. Skips itself on a machine without a CUDA device.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <vector>
@@ -90,6 +93,44 @@ TEST_F(CudaTest, CopiesOrderedByEventsAcrossStreams) {
 }
 
 // The CUDA KV store writes the same bytes as the CPU one for every (source, cache) dtype pair.
+// The wait watch (Platform::set_wait_watch): while a stream is held by work that only the watch
+// can end (here a host function spinning until the watch sets a flag; in tensor parallelism an
+// NCCL collective waiting for a dead rank until the watch aborts the group), every blocking wait
+// runs the watch and returns once the work ends instead of blocking for good.
+TEST_F(CudaTest, BlockingWaitsRunTheWatchUntilTheWorkEnds) {
+  struct Gate {
+    std::atomic<bool> open{false};
+    std::atomic<int> watched{0};
+  };
+  auto hold = [](void* gate) {
+    while (!static_cast<Gate*>(gate)->open.load()) {
+    }
+  };
+  Stream stream(*cuda_);
+  cuda_->set_current_stream(stream.handle());
+  Event event(*cuda_);
+  const std::vector<std::function<void()>> waits = {
+      [&] { cuda_->synchronize_stream(stream.handle()); },
+      [&] { cuda_->synchronize(); },
+      [&] { event.synchronize(); },
+  };
+  for (size_t w = 0; w < waits.size(); ++w) {
+    Gate gate;
+    cuda_->set_wait_watch([&gate] {
+      if (gate.watched.fetch_add(1) + 1 == 3) gate.open = true;  // the third call ends the work
+    });
+    ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream.handle().ptr), hold, &gate),
+              cudaSuccess);
+    event.record(stream.handle());
+    waits[w]();
+    EXPECT_TRUE(gate.open.load()) << "wait " << w << " returned before the work ended";
+    EXPECT_GE(gate.watched.load(), 3) << "wait " << w;
+    EXPECT_TRUE(event.done()) << "wait " << w;
+  }
+  cuda_->set_wait_watch({});
+  cuda_->set_current_stream({});
+}
+
 TEST_F(CudaTest, KvStoreMatchesCpuBitForBit) {
   const uint64_t seed = 77;
   SCOPED_TRACE(testing::Message() << "seed " << seed);

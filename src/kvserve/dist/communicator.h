@@ -36,8 +36,14 @@ class Communicator {
   virtual Status broadcast(void* data, int64_t bytes, int32_t root,
                            platform::StreamHandle stream) = 0;
 
-  // Marks the group failed (a rank gives up): every rank's pending and later calls fail.
+  // Marks the group failed (a rank gives up): every rank's pending and later calls fail. The nccl
+  // backend aborts the NCCL communicator at once, which ends collectives queued on a stream that
+  // would otherwise wait forever for a dead rank.
   virtual void abort(std::string_view reason) = 0;
+  // A failure the backend has found on its own since the collectives were queued (nccl:
+  // ncclCommGetAsyncError, e.g. a peer's connection broke); ok while the group works. Called by
+  // rank 0's wait watch while it waits on the device (model/tp_group.h).
+  virtual Status check() { return Status::ok(); }
 };
 
 }  // namespace kvserve::dist

@@ -24,6 +24,7 @@ struct NcclLibrary {
   decltype(&ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
   decltype(&ncclCommAbort) comm_abort = nullptr;
+  decltype(&ncclCommGetAsyncError) comm_get_async_error = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
@@ -51,6 +52,7 @@ const NcclLibrary& library() {
     sym(lib.comm_init_rank, "ncclCommInitRank");
     sym(lib.comm_destroy, "ncclCommDestroy");
     sym(lib.comm_abort, "ncclCommAbort");
+    sym(lib.comm_get_async_error, "ncclCommGetAsyncError");
     sym(lib.all_reduce, "ncclAllReduce");
     sym(lib.all_gather, "ncclAllGather");
     sym(lib.broadcast, "ncclBroadcast");
@@ -70,13 +72,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, int32_t rank, int32_t size)
       : comm_(comm), rank_(rank), size_(size) {}
   ~NcclCommunicator() override {
-    if (comm_ != nullptr) {
-      if (aborted_) {
-        library().comm_abort(comm_);
-      } else {
-        library().comm_destroy(comm_);
-      }
-    }
+    if (comm_ != nullptr) library().comm_destroy(comm_);  // an aborted one is gone already
   }
 
   int32_t rank() const override { return rank_; }
@@ -116,7 +112,23 @@ class NcclCommunicator final : public Communicator {
                        "ncclBroadcast");
   }
 
-  void abort(std::string_view) override { aborted_ = true; }
+  // ncclCommAbort now, on the thread that queues the collectives: kernels waiting for a dead
+  // rank return, so a wait on the stream ends; every later call fails.
+  void abort(std::string_view) override {
+    if (aborted_) return;
+    aborted_ = true;
+    if (comm_ != nullptr) library().comm_abort(comm_);
+    comm_ = nullptr;
+  }
+
+  Status check() override {
+    if (aborted_) return unavailable("the NCCL communicator was aborted");
+    ncclResult_t async = ncclSuccess;
+    KV_RETURN_IF_ERROR(
+        nccl_status(library().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError"));
+    if (async == ncclSuccess || async == ncclInProgress) return Status::ok();
+    return nccl_status(async, "NCCL (asynchronous error)");
+  }
 
  private:
   ncclComm_t comm_ = nullptr;

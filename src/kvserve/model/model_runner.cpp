@@ -301,21 +301,38 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create_tp_leader(
   }
   (*r)->tp_group_ = std::move(group);
   (*r)->on_tp_failure_ = o.on_tp_failure;
+  if ((*r)->tp_group_->device_collectives()) {
+    // A dead worker would leave rank 0 waiting on its stream forever: the platform's waits poll
+    // and the group's watch aborts NCCL (the group outlives the platform: first member).
+    TpGroup* g = (*r)->tp_group_.get();
+    (*r)->platform_->set_wait_watch([g] { g->watch(); });
+  }
   return r;
 }
 
 Status ModelRunner::announce(const mem::ForwardBatch& batch) {
   if (tp_group_ == nullptr) return Status::ok();
   if (tp_group_->failed()) {
-    return unavailable("the tensor-parallel group has failed; no forward can run");
+    // A failure the wait watch found outside a forward is reported here, once.
+    Status s = after_forward(Status::ok());
+    return s.is_ok() ? unavailable("the tensor-parallel group has failed; no forward can run") : s;
   }
   return after_forward(tp_group_->announce_forward(batch));
 }
 
 Status ModelRunner::after_forward(Status s) {
-  if (s.is_ok() || tp_group_ == nullptr || tp_group_->failed()) return s;
-  KV_LOG_ERROR("tensor parallel: {}; the group stops", s.message());
-  tp_group_->fail(s.message());
+  if (tp_group_ == nullptr || tp_failure_reported_) return s;
+  if (tp_group_->failed()) {
+    // The wait watch failed the group during this forward (a worker died; NCCL was aborted, so
+    // the forward's outputs are not the model's): the forward fails too.
+    if (s.is_ok()) s = tp_group_->failure();
+  } else if (s.is_ok()) {
+    return s;
+  } else {
+    KV_LOG_ERROR("tensor parallel: {}; the group stops", s.message());
+    tp_group_->fail(s.message());
+  }
+  tp_failure_reported_ = true;
   if (on_tp_failure_) on_tp_failure_(s);
   return s;
 }

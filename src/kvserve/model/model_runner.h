@@ -241,6 +241,7 @@ class ModelRunner final : public BatchRunner {
   // member: destroyed last, after the model whose collectives use its communicators.
   std::unique_ptr<TpGroup> tp_group_;
   std::function<void(const Status&)> on_tp_failure_;
+  bool tp_failure_reported_ = false;  // on_tp_failure_ runs once
   std::unique_ptr<platform::Platform> platform_;
   // Device platforms: the stream every forward of this runner runs on (the platform's current
   // stream), so that eager forwards and graph replays are ordered and graphs can be captured.

@@ -146,7 +146,25 @@ Status TpGroup::announce_forward(const mem::ForwardBatch& batch) {
   return send_message(*control_, TpMessageKind::kForward, message_);
 }
 
+void TpGroup::watch() {
+  if (failed_) return;
+  Status s = Status::ok();
+  for (size_t i = 0; i < workers_.size() && s.is_ok(); ++i) {
+    int status = 0;
+    if (workers_[i] > 0 && waitpid(workers_[i], &status, WNOHANG) == workers_[i]) {
+      workers_[i] = -1;  // reaped
+      s = unavailable("tensor-parallel worker rank {} {} during a forward", i + 1,
+                      describe_exit(status));
+    }
+  }
+  if (s.is_ok() && data_ != nullptr) s = data_->check();
+  if (s.is_ok()) return;
+  KV_LOG_ERROR("tensor parallel: {}; aborting the group", s.message());
+  fail(s.message());
+}
+
 void TpGroup::fail(std::string_view reason) {
+  if (!failed_) failure_ = unavailable("tensor-parallel group failed: {}", reason);
   failed_ = true;
   if (control_ != nullptr) control_->abort(reason);
   if (data_ != nullptr) data_->abort(reason);

@@ -42,6 +42,15 @@ class TpGroup {
   // pending and later collectives fail and the workers exit.
   void fail(std::string_view reason);
   bool failed() const { return failed_; }
+  // Why the group failed (kUnavailable naming the first reason); ok while it works.
+  const Status& failure() const { return failure_; }
+  // Whether the forward's collectives run on the device (NCCL): a dead rank then leaves them, and
+  // any wait on rank 0's stream, waiting forever unless the group is aborted.
+  bool device_collectives() const { return data_ != nullptr; }
+  // The wait watch rank 0's platform runs while it waits on the device (Platform::set_wait_watch):
+  // a worker that has exited, or NCCL's asynchronous error, fails the group, which aborts NCCL so
+  // that the wait ends. On the engine thread, like every other call here.
+  void watch();
   // The workers' process ids, rank r at r - 1 (-1 once reaped).
   const std::vector<pid_t>& workers() const { return workers_; }
 
@@ -55,6 +64,7 @@ class TpGroup {
   std::unique_ptr<dist::Communicator> data_;  // NCCL; null when control_ carries the forwards
   std::vector<uint8_t> message_;
   bool failed_ = false;
+  Status failure_;
 };
 
 }  // namespace kvserve::model

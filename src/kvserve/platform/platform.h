@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -124,6 +125,13 @@ class Platform : public MemoryResource {
   virtual void destroy_stream(StreamHandle stream) = 0;
   virtual void synchronize_stream(StreamHandle stream) = 0;
   virtual void synchronize() = 0;  // every stream of this device
+  // A check that the blocking waits (synchronize, synchronize_stream, synchronize_event) run on
+  // the waiting thread about every millisecond while the device is not done, instead of blocking
+  // in the driver; empty (the default) blocks. Rank 0 of a tensor-parallel group over NCCL sets
+  // one that notices a dead worker and aborts the group, which ends the collectives such a wait
+  // would otherwise wait on forever (model/tp_group.h: TpGroup::watch). A platform that never
+  // waits on a device (the CPU's) ignores it.
+  virtual void set_wait_watch(std::function<void()> watch) { (void)watch; }
 
   virtual EventHandle create_event() = 0;
   virtual void destroy_event(EventHandle event) = 0;

@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "kvserve/core/check.h"
 #include "kvserve/core/logging.h"
@@ -204,12 +207,24 @@ class CudaPlatform final : public Platform {
   }
   void synchronize_stream(StreamHandle stream) override {
     DeviceGuard guard(index_);
-    KV_CUDA_CHECK(cudaStreamSynchronize(to_cuda(resolve(stream))));
+    cudaStream_t s = to_cuda(resolve(stream));
+    if (wait_watch_) {
+      wait_watched([s] { return cudaStreamQuery(s); });
+    } else {
+      KV_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
   }
   void synchronize() override {
     DeviceGuard guard(index_);
+    // Watched: the current stream (where the forward and its collectives run) is polled first;
+    // the device-wide wait then covers the other streams.
+    if (wait_watch_) {
+      cudaStream_t s = to_cuda(resolve({}));
+      wait_watched([s] { return cudaStreamQuery(s); });
+    }
     KV_CUDA_CHECK(cudaDeviceSynchronize());
   }
+  void set_wait_watch(std::function<void()> watch) override { wait_watch_ = std::move(watch); }
 
   EventHandle create_event() override {
     DeviceGuard guard(index_);
@@ -229,7 +244,12 @@ class CudaPlatform final : public Platform {
     KV_CUDA_CHECK(cudaStreamWaitEvent(to_cuda(resolve(stream)), to_cuda(event), 0));
   }
   void synchronize_event(EventHandle event) override {
-    KV_CUDA_CHECK(cudaEventSynchronize(to_cuda(event)));
+    cudaEvent_t e = to_cuda(event);
+    if (wait_watch_) {
+      wait_watched([e] { return cudaEventQuery(e); });
+    } else {
+      KV_CUDA_CHECK(cudaEventSynchronize(e));
+    }
   }
   bool event_done(EventHandle event) override {
     const cudaError_t err = cudaEventQuery(to_cuda(event));
@@ -297,8 +317,30 @@ class CudaPlatform final : public Platform {
   }
 
  private:
+  // Polls `query` (cudaStreamQuery / cudaEventQuery) until the work is done, running the wait
+  // watch about every millisecond meanwhile. A watch that aborts what the work waits on (an NCCL
+  // group) makes the work end, so the wait still returns.
+  template <typename Query>
+  void wait_watched(Query query) {
+    using Clock = std::chrono::steady_clock;
+    auto next = Clock::now() + std::chrono::milliseconds(1);
+    for (;;) {
+      const cudaError_t e = query();
+      if (e != cudaErrorNotReady) {
+        KV_CUDA_CHECK(e);
+        return;
+      }
+      if (Clock::now() >= next) {
+        wait_watch_();
+        next = Clock::now() + std::chrono::milliseconds(1);
+      }
+      std::this_thread::yield();
+    }
+  }
+
   int index_;
   std::string description_;
+  std::function<void()> wait_watch_;  // set_wait_watch
   // The reserved pool (null until reserve_device_pool). The mutex makes allocate/deallocate as
   // thread-safe as cudaMalloc/cudaFree, which callers may rely on.
   mutable std::mutex pool_mutex_;
