@@ -478,9 +478,9 @@ TEST(PagedDecodeTc, CapturedGraphReplaysNewLengths) {
 }
 
 // --- the split planner's choices ----------------------------------------------------------------
-// Batch 1 with a long context: the plan fills the resident slots with one wave of splits (33 at
-// 132 SMs x 2 blocks over 8 KV heads), the last block of each KV head merges; launched again and
-// again on the same counters it gives the same bits, and the same bits as the merge kernel.
+// Batch 1 with a long context: the plan takes one wave of splits, one block per SM (16 at 132 SMs
+// over 8 KV heads), the last block of each KV head merges; launched again and again on the same
+// counters it gives the same bits, and the same bits as the merge kernel.
 TEST(PagedDecodeTc, PlannerBatchOneLongContext) {
   auto cuda = cuda_or_null();
   if (!cuda) GTEST_SKIP() << "no CUDA device";

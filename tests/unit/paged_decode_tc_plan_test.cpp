@@ -140,29 +140,33 @@ TEST(DecodeTcPlan, FillsTheResidentSlots) {
   EXPECT_EQ(p.workspace_floats, size_t{16} * 32 * 2 * 129);
   EXPECT_EQ(p.workspace_counters, size_t{16} * 8);
   EXPECT_EQ(p.tokens_per_split, 2048);
-  EXPECT_EQ(p.min_tokens_per_split, 4 * kTile);
-  // Batch 1: 33 splits x 8 KV heads = 264 blocks would fit; at 4096 positions the four-tile floor
-  // caps them at 16.
+  EXPECT_EQ(p.min_tokens_per_split, 2 * kTile);
+  // Batch 1: one block per SM, 16 splits x 8 KV heads = 128 blocks, at any length from 2048 on.
   p = ops::plan_paged_decode_tc(1, 32, 8, 128, 4096, kSms, 3);
-  EXPECT_EQ(p.num_splits, 16);  // capped: 4096 / 256
-  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 1 << 20, kSms, 3).num_splits, 33);
-  // Every choice is one wave of as many splits as fit the resident slots, at most 64.
+  EXPECT_EQ(p.num_splits, 16);
+  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 1 << 20, kSms, 3).num_splits, 16);
+  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 1024, kSms, 3).num_splits, 8);  // 2 tiles
+  // Batch 4 x 8 KV heads: 4 splits (one block per SM); batch 16: two blocks per SM, 2 splits.
+  EXPECT_EQ(ops::plan_paged_decode_tc(4, 32, 8, 128, 4096, kSms, 3).num_splits, 4);
+  // Every choice is one wave: one block per SM when that gives two splits or more, else as many
+  // splits as fit the resident slots; at most 64.
   for (int32_t bs = 1; bs <= 300; ++bs) {
     for (const int32_t kv : {1, 2, 4, 8}) {
       const ops::PagedDecodePlan q =
           ops::plan_paged_decode_tc(bs, 4 * kv, kv, 128, 1 << 20, kSms, 3);
       const int32_t base = bs * kv;
-      EXPECT_EQ(q.num_splits, std::clamp(slots / base, 1, 64)) << "bs " << bs << " kv " << kv;
+      const int32_t blocks = kSms / base >= 2 ? kSms : slots;  // the wave's blocks
+      EXPECT_EQ(q.num_splits, std::clamp(blocks / base, 1, 64)) << "bs " << bs << " kv " << kv;
       if (q.num_splits > 1) {
-        EXPECT_LE(base * q.num_splits, slots) << "bs " << bs << " kv " << kv;
-        EXPECT_GT(base * (q.num_splits + 1), q.num_splits < 64 ? slots : 0);
+        EXPECT_LE(base * q.num_splits, blocks) << "bs " << bs << " kv " << kv;
+        EXPECT_GT(base * (q.num_splits + 1), q.num_splits < 64 ? blocks : 0);
         EXPECT_EQ(q.workspace_counters, static_cast<size_t>(base));
       }
     }
   }
-  // Short requests cap the splits at four tiles each.
-  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 300, kSms, 3).num_splits, 2);
-  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 256, kSms, 3).num_splits, 1);
+  // Short requests cap the splits at two tiles each.
+  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 200, kSms, 3).num_splits, 2);
+  EXPECT_EQ(ops::plan_paged_decode_tc(1, 32, 8, 128, 128, kSms, 3).num_splits, 1);
   EXPECT_EQ(ops::plan_paged_decode_tc(4, 32, 8, 128, 0, kSms, 3).num_splits, 1);
   // tokens_per_split: whole tiles covering the longest request.
   for (const int32_t len : {1, 63, 64, 65, 1000, 4097, 100000}) {

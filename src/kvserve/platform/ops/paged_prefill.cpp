@@ -122,21 +122,23 @@ PagedDecodePlan plan_paged_decode_tc(int32_t batch, int32_t num_q_heads, int32_t
                                      int32_t head_dim, int32_t max_seq_len, int32_t num_sms,
                                      int32_t stages, int32_t window_left) {
   max_seq_len = windowed_len(max_seq_len, window_left);
-  // A split streams at least four tiles: its fixed costs (the dependent loads before data flows,
-  // the partial it writes and its share of the merge) stay below the bytes it reads. Measured on
-  // the H200 at 1 x 4096 (docs/perf/2026-12-03-gpu-validation.md): 16 splits of four tiles
-  // 12.5 us, 32 of two 13.4 us, 64 of one 18.3 us.
-  constexpr int32_t kMinTokensPerSplit = 4 * kDecodeTcTileTokens;
+  // A split streams at least two tiles: its fixed costs (the dependent loads before data flows,
+  // the partial it writes and its share of the merge) stay below the bytes it reads.
+  constexpr int32_t kMinTokensPerSplit = 2 * kDecodeTcTileTokens;
   constexpr int32_t kMaxSplits = 64;
   const int64_t slots = std::max<int64_t>(
       1, int64_t{num_sms} *
              decode_tc_ctas_per_sm(head_dim, resolve_decode_tc_stages(stages, head_dim)));
   const int64_t base = std::max<int64_t>(1, int64_t{batch} * num_kv_heads);
-  // One wave: as many splits as keep every (query, KV head, split) block resident at once. The
-  // blocks then start together, each with its pipeline's tiles in flight, and finish together
-  // (equal lengths); a batch whose blocks already fill the slots (base > slots / 2) gains nothing
-  // from a split but the merge.
-  const int64_t want = std::clamp<int64_t>(slots / base, 1, kMaxSplits);
+  // One wave: every (query, KV head, split) block resident at once, so that the blocks start
+  // together, each with its pipeline's tiles in flight, and finish together (equal lengths). A
+  // small batch takes one block per SM: on the H200 (docs/perf/2026-12-03-gpu-validation.md,
+  // 1 x L, 8 KV heads) 16 splits ran 12.3 us at L = 4096 where 32 (both slots of every SM) ran
+  // 13.3, and 26.4 vs 27.0 us at L = 16384. A batch with fewer blocks than two per SM splits
+  // across both slots; one whose blocks already take more than half the slots (base > slots / 2)
+  // gains nothing from a split but the merge.
+  const int64_t per_sm = int64_t{num_sms} / base;
+  const int64_t want = std::clamp<int64_t>(per_sm >= 2 ? per_sm : slots / base, 1, kMaxSplits);
   const int64_t most =
       std::max<int64_t>(1, (int64_t{max_seq_len} + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
   PagedDecodePlan plan;

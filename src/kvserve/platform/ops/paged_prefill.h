@@ -67,14 +67,14 @@ int32_t resolve_decode_tc_stages(int32_t requested, int32_t head_dim);
 // The split plan, in PagedDecodePlan's terms (workspace_floats as plan_paged_decode counts them,
 // and workspace_counters = batch x num_kv_heads split counters: the last split block of each
 // (query, KV head) merges, ops/paged_decode_params.h). Blocks are (query, KV head, split);
-// `slots` = num_sms x decode_tc_ctas_per_sm are resident at once. One wave: num_splits =
-// slots / (batch x num_kv_heads), between 1 and 64, so that every block starts at once with its
-// pipeline's tiles in flight and the blocks finish together; a batch whose blocks already take more
-// than half the slots does not split (a split would only add the merge). Then at most
-// ceil(max_seq_len / 256): a split streams four tiles or more (its fixed costs, the dependent loads
+// `slots` = num_sms x decode_tc_ctas_per_sm are resident at once. One wave of 1..64 splits:
+// num_sms / (batch x num_kv_heads) (a block per SM) when 2 or more, else slots / (batch x
+// num_kv_heads); the blocks start at once with their tiles in flight and finish together; a batch
+// whose blocks take over half the slots does not split (only the merge would be added). At most
+// ceil(max_seq_len / 128): a split streams two tiles or more (its fixed costs, the dependent loads
 // before data flows and its share of the merge, stay below what it reads). The first choice does
-// not depend on max_seq_len, so per-request splits (min_tokens_per_split = 256) cut a request of
-// length L into min(that, ceil(L / 256)) for any max_seq_len >= L: a decode graph's plan for the
+// not depend on max_seq_len, so per-request splits (min_tokens_per_split = 128) cut a request of
+// length L into min(that, ceil(L / 128)) for any max_seq_len >= L: a decode graph's plan for the
 // longest possible request cuts every request as the eager plan does. tokens_per_split:
 // ceil(max_seq_len / num_splits) rounded up to whole tiles. A sliding window (window_left >= 0)
 // plans over the windowed_len(max_seq_len, window_left) positions a query reads.
