@@ -33,5 +33,8 @@ for bin in "$@"; do
     while read -r lib; do cp -L -n "$lib" "$stage/lib/"; done
 done
 strip --strip-debug "$stage"/lib/* 2>/dev/null || true
-tar cf - -C "$stage" bin lib | xz -9 -T2 | split -b "$piece" - "$out/part-"
+# One LZMA stream with a dictionary larger than the whole tar: every binary carries the same
+# ~17 MB CUDA fatbin (the platform library's kernels), which then compresses once. 24 binaries
+# and their libraries: 35 MB (2026-12-03), against ~8 MB per binary compressed alone.
+tar cf - -C "$stage" bin lib | xz -9 --lzma2=preset=9,dict=1GiB -T1 | split -b "$piece" - "$out/part-"
 ls -l "$out" >&2

@@ -45,7 +45,7 @@ start() {
 ready() {
   local name=$1 port=
   for _ in $(seq 1 600); do
-    port=$(sed -n -e 's@.*ready to roll! http://[^:]*:\([0-9]*\).*@\1@p' -e 's@.*router: .* http://[^:]*:\([0-9]*\).*@\1@p' "$work/$name.log" | head -1)
+    port=$(sed -n -e 's@.*ready to roll! http://[^:]*:\([0-9]*\).*@\1@p' -e 's@.*router: .* http://[^:]*:\([0-9]*\).*@\1@p' "$work/$name.log" 2>/dev/null | head -1 || true)
     [ -n "$port" ] && break
     kill -0 "$(eval echo "\$${name}_pid")" 2>/dev/null || fail "$name exited during startup"
     sleep 0.1

@@ -43,7 +43,8 @@ server_pid=$!
 wait_ready() {
   local port=
   for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*ready to roll! http://[^:]*:\([0-9]*\).*|\1|p' "$work/server.log")
+    # The log may not exist yet: the background job opens it when it gets to run.
+    port=$(sed -n 's|.*ready to roll! http://[^:]*:\([0-9]*\).*|\1|p' "$work/server.log" 2>/dev/null || true)
     [ -n "$port" ] && break
     kill -0 "$server_pid" 2>/dev/null || fail "the server exited during startup"
     sleep 0.1

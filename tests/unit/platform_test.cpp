@@ -173,13 +173,12 @@ TEST(KernelSwitches, FromTheEnvironment) {
     unsetenv(n);
   const KernelSwitches defaults = kernel_switches_from_env().value();
   EXPECT_TRUE(defaults.fused_kv_store && defaults.decode_tc && defaults.skinny_gemm &&
-              defaults.pdl);
-  EXPECT_FALSE(defaults.split_counters);  // until the in-kernel merge has run on a GPU
+              defaults.pdl && defaults.split_counters);
   EXPECT_EQ(defaults.prefill_variant, ops::PrefillVariant::kAuto);
   EXPECT_EQ(defaults.decode_tc_stages, 0);
   EXPECT_EQ(describe(defaults),
             "fused_kv_store on, decode_tc on, prefill_variant auto, decode_tc_stages auto, "
-            "skinny_gemm on, pdl on, split_counters off");
+            "skinny_gemm on, pdl on, split_counters on");
 
   setenv("KVSERVE_FUSED_KV_STORE", "0", 1);
   setenv("KVSERVE_DECODE_TC", "0", 1);
@@ -187,11 +186,11 @@ TEST(KernelSwitches, FromTheEnvironment) {
   setenv("KVSERVE_PDL", "0", 1);
   setenv("KVSERVE_PREFILL_VARIANT", "m128w4", 1);
   setenv("KVSERVE_DECODE_TC_STAGES", "2", 1);
-  setenv("KVSERVE_SPLIT_COUNTERS", "1", 1);
+  setenv("KVSERVE_SPLIT_COUNTERS", "0", 1);
   const KernelSwitches off = kernel_switches_from_env().value();
   EXPECT_EQ(describe(off),
             "fused_kv_store off, decode_tc off, prefill_variant m128w4, decode_tc_stages 2, "
-            "skinny_gemm off, pdl off, split_counters on");
+            "skinny_gemm off, pdl off, split_counters off");
   // The platform does not read the environment: it carries what it is given.
   auto cpu = std::move(create_platform(Device{}).value());
   EXPECT_TRUE(cpu->kernel_switches().pdl);
