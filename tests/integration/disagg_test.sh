@@ -72,16 +72,17 @@ echo "single $single_url, prefill $prefill_url, decode $decode_url, router $rout
 [ "$(curl -sf "$decode_url/disaggregation/bootstrap" | jq -r .layout.page_size)" = 16 ] ||
   fail "the decode server's bootstrap route"
 
-# The router refuses, at startup, a pair whose KV layouts cannot work together.
-start odd serve --max-total-tokens 1024 --port 0 --page-size 1 --disaggregation-mode decode \
-  --disaggregation-transfer-backend ucx
+# The router refuses, at startup, a pair whose KV layouts cannot work together (other page sizes
+# work: the writes address slots; other KV dtypes do not).
+start odd serve --max-total-tokens 1024 --port 0 --page-size 16 --kv-cache-dtype fp8_e4m3 \
+  --disaggregation-mode decode --disaggregation-transfer-backend ucx
 ready odd
 if "$kvserve" router --prefill "$prefill_url" --decode "$odd_url" --port 0 \
   --startup-timeout 10 >"$work/refused.log" 2>&1; then
-  fail "the router accepted page size 16 (prefill) with page size 1 (decode)"
+  fail "the router accepted KV dtype f32 (prefill) with fp8_e4m3 (decode)"
 fi
-grep -q "page_size 16 (prefill) vs 1 (decode)" "$work/refused.log" ||
-  fail "the router's refusal does not name the page sizes: $(cat "$work/refused.log")"
+grep -q 'kv_dtype "f32" (prefill) vs "fp8_e4m3" (decode)' "$work/refused.log" ||
+  fail "the router's refusal does not name the KV dtypes: $(cat "$work/refused.log")"
 kill -9 "$odd_pid"
 
 # post URL PATH BODY: the response body on stdout (HTTP errors fail).

@@ -63,14 +63,15 @@ TEST(DisaggFailuresTest, DecodeAbortWhileBootstrappingEndsAtOnce) {
 TEST(DisaggFailuresTest, AnUnbridgeableLayoutIsRefusedAtTheHandshakeNotHung) {
   auto prefill = make(fast(DisaggMode::kPrefill));
   EngineOptions d = fast(DisaggMode::kDecode);
-  d.runner.page_size = 16;
+  d.runner.kv_cache_dtype = DType::kFP8E4M3;  // page sizes would be bridged; KV dtypes are not
   auto decode = make(d);
   ASSERT_TRUE(prefill && decode);
   const Outcome out = collect(
       *submit(*decode, half(*decode, next_room(), "127.0.0.1", prefill->disagg_bootstrap_port())),
       milliseconds(5000));
   EXPECT_EQ(out.all.finish.kind, FinishKind::kError);
-  EXPECT_NE(out.all.finish.message.find("page size 1 (prefill) vs 16 (decode)"), std::string::npos)
+  EXPECT_NE(out.all.finish.message.find("KV dtype f32 (prefill) vs fp8_e4m3 (decode)"),
+            std::string::npos)
       << out.all.finish.message;
   EXPECT_LT(out.seconds, 1.0);
   EXPECT_EQ(prefill->status().disagg.refused_peers, 1);

@@ -81,6 +81,46 @@ TEST_P(DisaggServingTest, SixteenConcurrentSharedPrefixRequestsEqualSerialAnswer
   EXPECT_TRUE(wait_idle(*prefill, 5));
 }
 
+// Other page sizes on the two sides (prefill 16 with 32-token chunks; decode 1 and 64): the
+// prefill writes slots instead of pages. Greedy and seeded outputs equal a single server's at the
+// decode side's page size, also for concurrent requests sharing a prefix (the prefill side's radix
+// cache hands out slots of earlier requests).
+TEST(DisaggServingPageSizes, OtherPageSizesOnTheTwoSidesEqualASingleServer) {
+  for (const int32_t decode_page : {1, 64}) {
+    SCOPED_TRACE(testing::Message() << "prefill page 16, decode page " << decode_page);
+    auto single = make(options(DisaggMode::kNone, Shape{decode_page, 8192}));
+    auto prefill = make(options(DisaggMode::kPrefill, Shape{16, 32}));
+    auto decode = make(options(DisaggMode::kDecode, Shape{decode_page, 8192}));
+    ASSERT_TRUE(single && prefill && decode);
+    std::vector<SubmitRequest> reqs;
+    for (const std::optional<uint64_t> seed :
+         {std::optional<uint64_t>{}, std::optional<uint64_t>{7}}) {
+      for (const char* text : kPrompts)
+        reqs.push_back(request(*single, text, 16, seed));
+    }
+    for (int i = 0; i < 4; ++i) {
+      reqs.push_back(request(*single,
+                             std::string(kPrompts[1]) + " and then number " + std::to_string(i), 8,
+                             std::nullopt));
+    }
+    std::vector<std::vector<int32_t>> want;
+    for (const SubmitRequest& r : reqs)
+      want.push_back(collect(*submit(*single, r)).all.token_ids);
+    std::vector<Pair> pairs;
+    for (const SubmitRequest& r : reqs)
+      pairs.push_back(submit_pair(*prefill, *decode, r));
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const Outcome got = collect(*pairs[i].decode);
+      EXPECT_EQ(got.all.finish.kind, FinishKind::kLength) << i << ": " << got.all.finish.message;
+      EXPECT_EQ(got.all.token_ids, want[i]) << "request " << i;
+      collect(*pairs[i].prefill);
+    }
+    EXPECT_EQ(prefill->status().disagg.succeeded, static_cast<int64_t>(reqs.size()));
+    EXPECT_TRUE(wait_idle(*decode, 5));
+    EXPECT_TRUE(wait_idle(*prefill, 5));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Pages, DisaggServingTest, ::testing::Values(Shape{1, 8192}, Shape{16, 32}),
                          [](const auto& param_info) {
                            return fmt::format("page{}_chunk{}", param_info.param.page_size,

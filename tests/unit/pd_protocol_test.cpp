@@ -102,10 +102,15 @@ KvLayout layout(int32_t page_size, const std::string& dtype) {
 
 TEST(KvLayoutTest, EqualLayoutsPassAndEachMismatchIsNamed) {
   EXPECT_TRUE(check_compatible(layout(16, "bf16"), layout(16, "bf16")).is_ok());
-  const Status page = check_compatible(layout(16, "bf16"), layout(64, "bf16"));
-  ASSERT_FALSE(page.is_ok());
-  EXPECT_NE(page.message().find("page size 16 (prefill) vs 64 (decode)"), std::string::npos)
-      << page.message();
+  // Other page sizes with the same slot row: the writes address slots.
+  EXPECT_TRUE(check_compatible(layout(16, "bf16"), layout(64, "bf16")).is_ok());
+  EXPECT_TRUE(check_compatible(layout(1, "bf16"), layout(16, "bf16")).is_ok());
+  KvLayout wide = layout(64, "bf16");
+  wide.page_bytes += 64;  // 129-byte slots
+  const Status slot = check_compatible(layout(16, "bf16"), wide);
+  ASSERT_FALSE(slot.is_ok());
+  EXPECT_NE(slot.message().find("slot bytes 128 (prefill) vs 129 (decode)"), std::string::npos)
+      << slot.message();
   const Status dtype = check_compatible(layout(16, "bf16"), layout(16, "fp8_e4m3"));
   ASSERT_FALSE(dtype.is_ok());
   EXPECT_NE(dtype.message().find("KV dtype bf16 (prefill) vs fp8_e4m3 (decode)"),

@@ -218,18 +218,31 @@ void PrefillDisagg::abort(Req& r, const std::string& why, FinishKind kind) {
   ended_[id] = Clock::now();
 }
 
-void PrefillDisagg::push_pages(Room& room, Req& r, int32_t end_page) {
+void PrefillDisagg::push_kv(Room& room, Req& r, int32_t end_token) {
+  if (end_token <= room.sent_tokens) return;
   const int32_t page = s_.kv_.shape().page_size;
-  if (end_page <= room.sent_pages) return;
   const Peer& peer = peers_.at(room.peer);
+  const int32_t dst_page = peer.layout.page_size;
   std::vector<int32_t> src;
   std::vector<int32_t> dst;
-  for (int32_t p = room.sent_pages; p < end_page; ++p) {
-    src.push_back(s_.kv_.req_to_token().at(r.kv.row, p * page) / page);
-    dst.push_back(room.dst_pages.at(static_cast<size_t>(p)));
+  disagg::KvRegionLayout src_region = local_region_;
+  disagg::KvRegionLayout dst_region = region_of(peer.layout);
+  if (page == dst_page) {
+    for (int32_t p = room.sent_tokens / page; p < mem::ceil_div(end_token, page); ++p) {
+      src.push_back(s_.kv_.req_to_token().at(r.kv.row, p * page) / page);
+      dst.push_back(room.dst_pages.at(static_cast<size_t>(p)));
+    }
+  } else {
+    // Both pools keep one row per slot (slot = page x page size + offset) in every layer buffer:
+    // with other page sizes on the two sides the writes address slots.
+    for (int32_t t = room.sent_tokens; t < end_token; ++t) {
+      src.push_back(s_.kv_.req_to_token().at(r.kv.row, t));
+      dst.push_back(room.dst_pages.at(static_cast<size_t>(t / dst_page)) * dst_page + t % dst_page);
+    }
+    src_region.page_bytes /= static_cast<uint64_t>(page);
+    dst_region.page_bytes /= static_cast<uint64_t>(dst_page);
   }
-  Result<std::vector<disagg::WriteOp>> ops =
-      disagg::merge_runs(src, dst, local_region_, region_of(peer.layout));
+  Result<std::vector<disagg::WriteOp>> ops = disagg::merge_runs(src, dst, src_region, dst_region);
   if (ops.is_ok() && ctx_.kv_written) ctx_.kv_written();
   Result<disagg::TransferId> posted =
       ops.is_ok() ? ctx_.transport->post(peer.transport_peer, ops.value()) : ops.status();
@@ -242,21 +255,22 @@ void PrefillDisagg::push_pages(Room& room, Req& r, int32_t end_page) {
   for (const disagg::WriteOp& op : ops.value())
     bytes += op.length;
   room.transfers.push_back({posted.value(), Clock::now(), bytes});
-  room.sent_pages = end_page;
+  room.sent_tokens = end_token;
   room.poll.advance(pd::KvPoll::kTransferring);
 }
 
 void PrefillDisagg::after_chunk(Req& r) {
   Room& room = rooms_.at(r.disagg->room);
   const int32_t page = s_.kv_.shape().page_size;
-  push_pages(room, r, r.kv.kv_committed_len / page);  // a partial last page waits
+  const bool same_pages = page == peers_.at(room.peer).layout.page_size;
+  // Whole pages: a partial last page waits for the rest of the prompt. Slots: every position.
+  push_kv(room, r, same_pages ? r.kv.kv_committed_len / page * page : r.kv.kv_committed_len);
 }
 
 void PrefillDisagg::after_prefill(Req& r) {
   const uint64_t id = r.disagg->room;
   Room& room = rooms_.at(id);
-  const int32_t page = s_.kv_.shape().page_size;
-  push_pages(room, r, static_cast<int32_t>(mem::ceil_div(r.input_len(), page)));
+  push_kv(room, r, static_cast<int32_t>(r.input_len()));
   if (room.ending) return;  // the push failed; the request ended
   room.all_sent = true;
   if (!r.finished()) r.finish = {FinishKind::kLength, -1, "", ""};  // the decode side goes on
@@ -313,9 +327,11 @@ bool PrefillDisagg::poll() {
     // Bootstrap queue: the destination pages arrived.
     if (room.in_bootstrap && room.have_meta) {
       Req& r = *room.req;
-      const int32_t page = s_.kv_.shape().page_size;
+      const auto peer = peers_.find(room.peer);
+      const int32_t dst_page =
+          peer != peers_.end() ? peer->second.layout.page_size : s_.kv_.shape().page_size;
       if (room.num_tokens != r.input_len() ||
-          static_cast<int64_t>(room.dst_pages.size()) != mem::ceil_div(r.input_len(), page)) {
+          static_cast<int64_t>(room.dst_pages.size()) != mem::ceil_div(r.input_len(), dst_page)) {
         fail(id, room,
              fmt::format("the decode server pre-allocated {} tokens ({} pages) for a prompt of {} "
                          "tokens",

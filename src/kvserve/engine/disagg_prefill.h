@@ -69,7 +69,7 @@ class PrefillDisagg {
     pd::KvPollState poll;
     Clock::time_point input_at;       // both the request and its pages are here (WaitingForInput)
     std::vector<Transfer> transfers;  // in progress
-    int32_t sent_pages = 0;
+    int32_t sent_tokens = 0;          // positions [0, sent_tokens) of the prompt are posted
     bool all_sent = false;
     // The room ended without a result; the decode side is told (kFailed, or kAbortAck when it
     // asked) once no transfer is in progress.
@@ -87,8 +87,11 @@ class PrefillDisagg {
   void on_register(const std::string& from, const pd::Message& m);
   void on_meta(const std::string& from, const pd::Message& m);
   void on_abort(const std::string& from, const pd::Message& m);
-  // Pushes pages [room.sent_pages, end_page) of its request's row.
-  void push_pages(Room& room, Req& r, int32_t end_page);
+  // Posts positions [room.sent_tokens, end_token) of its request's row: whole pages when both
+  // sides' page sizes are equal (end_token a page boundary or the prompt's end), else slot by slot
+  // (the decode side's page list times its page size), merged into runs where both sides' slots
+  // continue.
+  void push_kv(Room& room, Req& r, int32_t end_token);
   // Ends the room's request (if alive) with an error and starts the room's ending.
   void fail(uint64_t room_id, Room& room, const std::string& why, bool ack = false);
   void succeed(Room& room);

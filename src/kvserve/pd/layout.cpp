@@ -10,7 +10,6 @@ Status check_compatible(const KvLayout& prefill, const KvLayout& decode) {
     if (p != d) bad.push_back(fmt::format("{} {} (prefill) vs {} (decode)", what, p, d));
   };
   cmp("model", prefill.model, decode.model);
-  cmp("page size", prefill.page_size, decode.page_size);
   cmp("KV dtype", prefill.kv_dtype, decode.kv_dtype);
   cmp("layers", prefill.num_layers, decode.num_layers);
   cmp("KV heads", prefill.num_kv_heads, decode.num_kv_heads);
@@ -25,8 +24,16 @@ Status check_compatible(const KvLayout& prefill, const KvLayout& decode) {
                               prefill.buffer_offsets.size(), decode.buffer_offsets.size(),
                               decode.num_layers));
   }
-  if (bad.empty() && prefill.page_bytes != decode.page_bytes) {
-    bad.push_back(fmt::format("page bytes {} (prefill) vs {} (decode)", prefill.page_bytes,
+  // Page sizes may differ (the writes then address slots): a slot's row must be the same.
+  if (bad.empty() && prefill.slot_bytes() != decode.slot_bytes()) {
+    bad.push_back(fmt::format("slot bytes {} (prefill) vs {} (decode)", prefill.slot_bytes(),
+                              decode.slot_bytes()));
+  }
+  if (prefill.page_size < 1 || decode.page_size < 1 ||
+      prefill.page_bytes % static_cast<uint64_t>(prefill.page_size) != 0 ||
+      decode.page_bytes % static_cast<uint64_t>(decode.page_size) != 0) {
+    bad.push_back(fmt::format("page size {} / {} bytes (prefill) and {} / {} bytes (decode)",
+                              prefill.page_size, prefill.page_bytes, decode.page_size,
                               decode.page_bytes));
   }
   if (bad.empty()) return Status::ok();

@@ -30,9 +30,10 @@ struct KvLayout {
   uint64_t slot_bytes() const { return page_size > 0 ? page_bytes / page_size : 0; }
 };
 
-// Whether a prefill server with layout `prefill` can write a decode server's `decode` KV. Today
-// the writes copy whole pages, so page size, KV dtype, layers, heads and head dim must be equal
-// and both sides must run TP 1; each mismatch is named with both values. kInvalidArgument.
+// Whether a prefill server with layout `prefill` can write a decode server's `decode` KV. The
+// writes copy whole pages, or slots when the page sizes differ (both pools keep one row per slot),
+// so KV dtype, layers, heads and head dim must be equal and both sides must run TP 1; each
+// mismatch is named with both values. kInvalidArgument.
 Status check_compatible(const KvLayout& prefill, const KvLayout& decode);
 
 }  // namespace kvserve::pd

@@ -11,9 +11,10 @@ namespace {
 
 using json = nlohmann::json;
 
-// The layout fields both sides must agree on (the KV is copied page for page).
-constexpr const char* kLayoutFields[] = {"model",        "page_size", "kv_dtype", "num_layers",
-                                         "num_kv_heads", "head_dim",  "tp_size"};
+// The layout fields both sides must agree on (the KV is copied page for page, or slot for slot
+// when the page sizes differ).
+constexpr const char* kLayoutFields[] = {"model",        "kv_dtype", "num_layers",
+                                         "num_kv_heads", "head_dim", "tp_size"};
 
 Result<json> get_json(const std::string& url, const std::string& path, double timeout_s) {
   httplib::Client cli(url);
