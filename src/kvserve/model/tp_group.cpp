@@ -60,7 +60,7 @@ Result<std::unique_ptr<TpGroup>> TpGroup::launch(const std::filesystem::path& mo
   co.rank = 0;
   co.size = o.tp_size;
   TpGroup* self = g.get();
-  co.attach_check = [self] { return self->check_workers(); };
+  co.attach_check = [self] { return self->check_workers("before joining the group"); };
   auto control = dist::CpuCommunicator::create(co);
   if (!control.is_ok()) return control.status();  // ~TpGroup reaps the workers
   g->control_ = std::move(control).value();
@@ -119,14 +119,13 @@ TpGroup::~TpGroup() {
   control_.reset();
 }
 
-Status TpGroup::check_workers() {
+Status TpGroup::check_workers(std::string_view when) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     int status = 0;
-    const pid_t done = waitpid(workers_[i], &status, WNOHANG);
-    if (done == workers_[i]) {
+    if (workers_[i] > 0 && waitpid(workers_[i], &status, WNOHANG) == workers_[i]) {
       workers_[i] = -1;  // reaped
-      return unavailable("tensor-parallel worker rank {} {} before joining the group", i + 1,
-                         describe_exit(status));
+      return unavailable("tensor-parallel worker rank {} {} {}", i + 1, describe_exit(status),
+                         when);
     }
   }
   return Status::ok();
@@ -148,15 +147,7 @@ Status TpGroup::announce_forward(const mem::ForwardBatch& batch) {
 
 void TpGroup::watch() {
   if (failed_) return;
-  Status s = Status::ok();
-  for (size_t i = 0; i < workers_.size() && s.is_ok(); ++i) {
-    int status = 0;
-    if (workers_[i] > 0 && waitpid(workers_[i], &status, WNOHANG) == workers_[i]) {
-      workers_[i] = -1;  // reaped
-      s = unavailable("tensor-parallel worker rank {} {} during a forward", i + 1,
-                      describe_exit(status));
-    }
-  }
+  Status s = check_workers("during a forward");
   if (s.is_ok() && data_ != nullptr) s = data_->check();
   if (s.is_ok()) return;
   KV_LOG_ERROR("tensor parallel: {}; aborting the group", s.message());

@@ -56,8 +56,9 @@ class TpGroup {
 
  private:
   TpGroup() = default;
-  // kUnavailable naming the first worker that has exited (reaped here).
-  Status check_workers();
+  // kUnavailable naming the first worker that has exited (reaped here) and `when` it was seen
+  // ("before joining the group", "during a forward").
+  Status check_workers(std::string_view when);
 
   std::vector<pid_t> workers_;  // rank r at r - 1
   std::unique_ptr<dist::CpuCommunicator> control_;
