@@ -19,6 +19,21 @@ const char* kPrompts[] = {
 
 class DisaggServingTest : public ::testing::TestWithParam<Shape> {};
 
+// Submits every request to the prefill / decode pair at once; request i's decode half must end by
+// length with want[i]'s tokens.
+void expect_pairs_answer(Engine& prefill, Engine& decode, const std::vector<SubmitRequest>& reqs,
+                         const std::vector<std::vector<int32_t>>& want) {
+  std::vector<Pair> pairs;
+  for (const SubmitRequest& r : reqs)
+    pairs.push_back(submit_pair(prefill, decode, r));
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const Outcome got = collect(*pairs[i].decode);
+    EXPECT_EQ(got.all.finish.kind, FinishKind::kLength) << i << ": " << got.all.finish.message;
+    EXPECT_EQ(got.all.token_ids, want[i]) << "request " << i;
+    collect(*pairs[i].prefill);
+  }
+}
+
 TEST_P(DisaggServingTest, GreedyAndSeededOutputsEqualASingleServer) {
   const Shape shape = GetParam();
   auto single = make(options(DisaggMode::kNone, shape));
@@ -68,15 +83,7 @@ TEST_P(DisaggServingTest, SixteenConcurrentSharedPrefixRequestsEqualSerialAnswer
         request(*single, text, 12, i % 3 == 0 ? std::optional<uint64_t>(100 + i) : std::nullopt));
     serial.push_back(collect(*submit(*single, reqs.back())).all.token_ids);
   }
-  std::vector<Pair> pairs;
-  for (const SubmitRequest& r : reqs)
-    pairs.push_back(submit_pair(*prefill, *decode, r));
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    const Outcome got = collect(*pairs[i].decode);
-    EXPECT_EQ(got.all.finish.kind, FinishKind::kLength) << i << ": " << got.all.finish.message;
-    EXPECT_EQ(got.all.token_ids, serial[i]) << "request " << i;
-    collect(*pairs[i].prefill);
-  }
+  expect_pairs_answer(*prefill, *decode, reqs, serial);
   EXPECT_TRUE(wait_idle(*decode, 5));
   EXPECT_TRUE(wait_idle(*prefill, 5));
 }
@@ -106,15 +113,7 @@ TEST(DisaggServingPageSizes, OtherPageSizesOnTheTwoSidesEqualASingleServer) {
     std::vector<std::vector<int32_t>> want;
     for (const SubmitRequest& r : reqs)
       want.push_back(collect(*submit(*single, r)).all.token_ids);
-    std::vector<Pair> pairs;
-    for (const SubmitRequest& r : reqs)
-      pairs.push_back(submit_pair(*prefill, *decode, r));
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      const Outcome got = collect(*pairs[i].decode);
-      EXPECT_EQ(got.all.finish.kind, FinishKind::kLength) << i << ": " << got.all.finish.message;
-      EXPECT_EQ(got.all.token_ids, want[i]) << "request " << i;
-      collect(*pairs[i].prefill);
-    }
+    expect_pairs_answer(*prefill, *decode, reqs, want);
     EXPECT_EQ(prefill->status().disagg.succeeded, static_cast<int64_t>(reqs.size()));
     EXPECT_TRUE(wait_idle(*decode, 5));
     EXPECT_TRUE(wait_idle(*prefill, 5));

@@ -218,11 +218,13 @@ void PrefillDisagg::abort(Req& r, const std::string& why, FinishKind kind) {
   ended_[id] = Clock::now();
 }
 
-void PrefillDisagg::push_kv(Room& room, Req& r, int32_t end_token) {
-  if (end_token <= room.sent_tokens) return;
+void PrefillDisagg::push_kv(Room& room, Req& r, int32_t end_token, bool last) {
   const int32_t page = s_.kv_.shape().page_size;
   const Peer& peer = peers_.at(room.peer);
   const int32_t dst_page = peer.layout.page_size;
+  // Whole pages: a partial last page waits for the rest of the prompt. Slots: every position.
+  if (page == dst_page && !last) end_token = end_token / page * page;
+  if (end_token <= room.sent_tokens) return;
   std::vector<int32_t> src;
   std::vector<int32_t> dst;
   disagg::KvRegionLayout src_region = local_region_;
@@ -261,16 +263,13 @@ void PrefillDisagg::push_kv(Room& room, Req& r, int32_t end_token) {
 
 void PrefillDisagg::after_chunk(Req& r) {
   Room& room = rooms_.at(r.disagg->room);
-  const int32_t page = s_.kv_.shape().page_size;
-  const bool same_pages = page == peers_.at(room.peer).layout.page_size;
-  // Whole pages: a partial last page waits for the rest of the prompt. Slots: every position.
-  push_kv(room, r, same_pages ? r.kv.kv_committed_len / page * page : r.kv.kv_committed_len);
+  push_kv(room, r, r.kv.kv_committed_len, /*last=*/false);
 }
 
 void PrefillDisagg::after_prefill(Req& r) {
   const uint64_t id = r.disagg->room;
   Room& room = rooms_.at(id);
-  push_kv(room, r, static_cast<int32_t>(r.input_len()));
+  push_kv(room, r, static_cast<int32_t>(r.input_len()), /*last=*/true);
   if (room.ending) return;  // the push failed; the request ended
   room.all_sent = true;
   if (!r.finished()) r.finish = {FinishKind::kLength, -1, "", ""};  // the decode side goes on

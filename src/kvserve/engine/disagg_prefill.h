@@ -88,10 +88,10 @@ class PrefillDisagg {
   void on_meta(const std::string& from, const pd::Message& m);
   void on_abort(const std::string& from, const pd::Message& m);
   // Posts positions [room.sent_tokens, end_token) of its request's row: whole pages when both
-  // sides' page sizes are equal (end_token a page boundary or the prompt's end), else slot by slot
-  // (the decode side's page list times its page size), merged into runs where both sides' slots
-  // continue.
-  void push_kv(Room& room, Req& r, int32_t end_token);
+  // sides' page sizes are equal (unless `last`, end_token rounded down to a page boundary: a
+  // partial page waits), else slot by slot (the decode side's page list times its page size),
+  // merged into runs where both sides' slots continue.
+  void push_kv(Room& room, Req& r, int32_t end_token, bool last);
   // Ends the room's request (if alive) with an error and starts the room's ending.
   void fail(uint64_t room_id, Room& room, const std::string& why, bool ack = false);
   void succeed(Room& room);
