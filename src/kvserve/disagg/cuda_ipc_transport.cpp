@@ -5,12 +5,22 @@
 // a batch with one ops::copy_runs kernel on its transfer stream, ordered after the batch's ready
 // event (the forward that wrote the KV), never one cudaMemcpy per page. kDone once the kernel
 // has completed on the device (its event), at which point the bytes are in the receiver's memory.
+//
+// A post's run list goes to the device from pinned host memory into a device buffer, both taken
+// from a free list of earlier posts' (the kernel's event returns them): a copy from pageable
+// memory may wait for the transfer stream, which waits for the forward, so the engine thread would
+// stall in post(); and a fresh device buffer per post is a cudaMalloc/cudaFree pair (the free waits
+// for the whole device) wherever the platform has no pool.
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kvserve/disagg/backends.h"
 #include "kvserve/disagg/transport_faults.h"
@@ -37,7 +47,10 @@ class CudaIpcTransport final : public KvTransport {
     platform_->synchronize_stream(stream_);
     for (auto& [id, t] : transfers_) {
       if (t.done.ptr != nullptr) platform_->destroy_event(t.done);
+      free_run_list(std::exchange(t.runs, {}));
     }
+    for (RunList& r : run_lists_)
+      free_run_list(std::move(r));
     for (auto& [id, p] : peers_) {
       if (!p.own) platform::close_device_memory(p.mapped, p.handle);
     }
@@ -130,20 +143,20 @@ class CudaIpcTransport final : public KvTransport {
     } else if (fault.kind == FaultDraw::Kind::kDrop) {
       t.dropped = true;
     } else {
-      std::vector<uint64_t> runs;
-      runs.reserve(ops.size() * 3);
+      KV_ASSIGN_OR_RETURN(t.runs, take_run_list(ops.size() * 3 * sizeof(uint64_t)));
+      auto* runs = static_cast<uint64_t*>(t.runs.host);
       for (const WriteOp& op : ops) {
-        runs.insert(runs.end(), {op.src_offset, op.dst_offset, op.length});
+        *runs++ = op.src_offset;
+        *runs++ = op.dst_offset;
+        *runs++ = op.length;
       }
-      KV_ASSIGN_OR_RETURN(t.runs, platform_->allocate_buffer(runs.size() * sizeof(uint64_t)));
       if (ready.ptr != nullptr) platform_->stream_wait_event(stream_, ready);
-      // From pageable memory: the copy has taken the bytes when it returns.
-      platform_->copy(t.runs.data(), runs.data(), runs.size() * sizeof(uint64_t),
+      platform_->copy(t.runs.device.data(), t.runs.host, ops.size() * 3 * sizeof(uint64_t),
                       platform::CopyKind::kHostToDevice, stream_);
       ops::CopyRunsParams params;
       params.src = local_;
       params.dst = static_cast<uint8_t*>(it->second.mapped);
-      params.runs = t.runs.data_as<const uint64_t>();
+      params.runs = t.runs.device.data_as<const uint64_t>();
       params.num_runs = static_cast<int32_t>(ops.size());
       ops::copy_runs(*platform_, params, stream_);
       t.done = platform_->create_event();
@@ -161,9 +174,9 @@ class CudaIpcTransport final : public KvTransport {
     Transfer& t = it->second;
     if (t.status != TransferStatus::kInProgress) return t.status;
     const auto now = Clock::now();
-    if (t.done.ptr != nullptr && platform_->event_done(t.done)) {
+    if (t.done.ptr != nullptr && !t.kernel_done && platform_->event_done(t.done)) {
       t.kernel_done = true;
-      t.runs.reset();  // the kernel has read it
+      give_back_run_list(std::exchange(t.runs, {}));  // the kernel has read it
     }
     if (t.kernel_done && now >= t.done_not_before) {
       t.status = TransferStatus::kDone;
@@ -180,13 +193,57 @@ class CudaIpcTransport final : public KvTransport {
     if (it == transfers_.end()) return;
     Transfer& t = it->second;
     if (t.done.ptr != nullptr) {
-      platform_->synchronize_event(t.done);  // its runs buffer goes back to the pool now
+      platform_->synchronize_event(t.done);  // its run list is free for another post now
       platform_->destroy_event(t.done);
     }
+    give_back_run_list(std::exchange(t.runs, {}));
     transfers_.erase(it);
   }
 
  private:
+  // A post's run list: pinned host memory and the device buffer the kernel reads, of one capacity.
+  struct RunList {
+    void* host = nullptr;
+    Buffer device;
+    size_t capacity = 0;
+  };
+  // Free run lists kept for later posts (more are freed when their transfers end).
+  static constexpr size_t kKeptRunLists = 8;
+
+  // A free run list of at least `bytes` (the smallest that fits), or a new one of a power of two.
+  Result<RunList> take_run_list(size_t bytes) {
+    auto best = run_lists_.end();
+    for (auto it = run_lists_.begin(); it != run_lists_.end(); ++it) {
+      if (it->capacity >= bytes && (best == run_lists_.end() || it->capacity < best->capacity)) {
+        best = it;
+      }
+    }
+    if (best != run_lists_.end()) {
+      RunList r = std::move(*best);
+      run_lists_.erase(best);
+      return r;
+    }
+    RunList r;
+    r.capacity = std::bit_ceil(std::max<size_t>(bytes, 4096));
+    KV_ASSIGN_OR_RETURN(r.device, platform_->allocate_buffer(r.capacity));
+    KV_ASSIGN_OR_RETURN(r.host, platform_->allocate_host(r.capacity));
+    return r;
+  }
+  // Back to the free list once no kernel reads it; beyond kKeptRunLists the smallest goes.
+  void give_back_run_list(RunList r) {
+    if (r.host == nullptr) return;
+    run_lists_.push_back(std::move(r));
+    if (run_lists_.size() <= kKeptRunLists) return;
+    auto smallest = std::min_element(
+        run_lists_.begin(), run_lists_.end(),
+        [](const RunList& a, const RunList& b) { return a.capacity < b.capacity; });
+    free_run_list(std::move(*smallest));
+    run_lists_.erase(smallest);
+  }
+  void free_run_list(RunList r) {
+    if (r.host != nullptr) platform_->deallocate_host(r.host, r.capacity);
+  }
+
   struct Peer {
     platform::DeviceIpcHandle handle;
     void* mapped = nullptr;
@@ -200,7 +257,7 @@ class CudaIpcTransport final : public KvTransport {
     bool kernel_done = false;
     Clock::time_point posted;
     Clock::time_point done_not_before;
-    Buffer runs;
+    RunList runs;  // until the kernel has read it
     platform::EventHandle done;
   };
 
@@ -215,6 +272,7 @@ class CudaIpcTransport final : public KvTransport {
   uint64_t next_transfer_ = 1;
   std::map<uint64_t, Peer> peers_;
   std::map<uint64_t, Transfer> transfers_;
+  std::vector<RunList> run_lists_;  // free
 };
 
 }  // namespace
