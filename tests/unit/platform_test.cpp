@@ -110,6 +110,47 @@ TEST(DevicePool, DefaultHeadroomIsOneGibOrFourPercent) {
   EXPECT_GT(default_pool_headroom(h200), 5 * kGiB);
 }
 
+// The pool's size: all the free memory minus the headroom, or --gpu-memory-utilization's share of
+// the total minus the headroom (several servers on one GPU), refused when the device cannot give
+// it.
+TEST(DevicePool, SizeFromFreeMemoryOrUtilization) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  const MemoryInfo h200{.free_bytes = 100 * kGiB, .total_bytes = 140 * kGiB};
+  const size_t headroom = default_pool_headroom(h200.total_bytes);  // 5.6 GiB
+
+  Result<DevicePoolSize> all = device_pool_size(h200, {}, "cuda:0");
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  EXPECT_EQ(all->bytes, h200.free_bytes - headroom);
+  EXPECT_EQ(all->headroom, headroom);
+
+  Result<DevicePoolSize> half = device_pool_size(h200, {.utilization = 0.5}, "cuda:0");
+  ASSERT_TRUE(half.is_ok()) << half.status().to_string();
+  EXPECT_EQ(half->bytes + half->headroom, 70 * kGiB);  // the process's whole share
+  EXPECT_EQ(half->headroom, headroom);
+
+  // More than is free (another server holds the rest): refused naming the flag.
+  Result<DevicePoolSize> greedy = device_pool_size(h200, {.utilization = 0.8}, "cuda:0");
+  ASSERT_FALSE(greedy.is_ok());
+  EXPECT_EQ(greedy.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(greedy.status().message().find("--gpu-memory-utilization 0.8"), std::string::npos)
+      << greedy.status().message();
+  EXPECT_NE(greedy.status().message().find("100.00 GiB free"), std::string::npos)
+      << greedy.status().message();
+  // A share no larger than the headroom leaves no pool.
+  EXPECT_EQ(device_pool_size(h200, {.utilization = 0.01}, "cuda:0").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(device_pool_size(h200, {.utilization = 1.5}, "cuda:0").status().code(),
+            StatusCode::kInvalidArgument);
+  // An explicit size wins over both.
+  Result<DevicePoolSize> fixed =
+      device_pool_size(h200, {.bytes = 3 * kGiB, .utilization = 0.5}, "cuda:0");
+  ASSERT_TRUE(fixed.is_ok());
+  EXPECT_EQ(fixed->bytes, 3 * kGiB);
+  // Nothing left beyond the headroom.
+  const MemoryInfo full{.free_bytes = kGiB / 2, .total_bytes = 16 * kGiB};
+  EXPECT_EQ(device_pool_size(full, {}, "cuda:0").status().code(), StatusCode::kOutOfMemory);
+}
+
 TEST_F(CpuPlatformTest, StreamsAndEvents) {
   Stream s(*p_);
   Event start(*p_);

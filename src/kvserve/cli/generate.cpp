@@ -178,6 +178,7 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--max-running-requests", o->runner.max_running_requests);
   cmd->add_option("--context-length", o->runner.context_length);
   add_cuda_graph_options(cmd, o->runner);
+  add_gpu_memory_option(cmd, o->runner);
   add_tensor_parallel_options(cmd, o->runner);
   cmd->add_flag("--disable-radix-cache", o->disable_radix_cache);
   return {cmd, [o] { return run_generate(*o); }};

@@ -85,6 +85,14 @@ void add_cuda_graph_options(CLI::App* cmd, model::ModelRunnerOptions& runner) {
                 "Run every decode step eagerly (no graph capture)");
 }
 
+void add_gpu_memory_option(CLI::App* cmd, model::ModelRunnerOptions& runner) {
+  cmd->add_option("--gpu-memory-utilization", runner.device_pool.utilization,
+                  "CUDA: the share of the GPU's total memory this process takes (weights, KV "
+                  "cache, activations, graphs), so that several servers can share one GPU; "
+                  "default: all the free memory")
+      ->check(CLI::Range(0.0, 1.0));
+}
+
 void add_tensor_parallel_options(CLI::App* cmd, model::ModelRunnerOptions& runner) {
   cmd->add_option("--tp-size", runner.tp_size,
                   "Tensor-parallel ranks, one process each (this one is rank 0 and launches the "

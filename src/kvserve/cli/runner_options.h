@@ -36,6 +36,9 @@ CLI::Option* add_encoder_kv_layout_option(CLI::App* cmd, mem::EncoderKvLayout& l
 // --cuda-graph-max-bs and --disable-cuda-graph (model/decode_graph_runner.h).
 void add_cuda_graph_options(CLI::App* cmd, model::ModelRunnerOptions& runner);
 
+// --gpu-memory-utilization (vLLM's name; platform/device_pool.h).
+void add_gpu_memory_option(CLI::App* cmd, model::ModelRunnerOptions& runner);
+
 // --tp-size, --base-gpu-id and --nccl-port (SGLang's names; docs/tensor-parallel.md).
 void add_tensor_parallel_options(CLI::App* cmd, model::ModelRunnerOptions& runner);
 

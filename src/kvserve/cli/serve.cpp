@@ -172,6 +172,7 @@ static void add_model_options(CLI::App* cmd, engine::EngineOptions& e) {
   cmd->add_option("--max-running-requests", e.runner.max_running_requests);
   cmd->add_option("--context-length", e.runner.context_length);
   add_cuda_graph_options(cmd, e.runner);
+  add_gpu_memory_option(cmd, e.runner);
   add_tensor_parallel_options(cmd, e.runner);
   cmd->add_option("--chunked-prefill-size", e.scheduler.chunked_prefill_size,
                   "Tokens per prefill chunk (-1: no chunking)")

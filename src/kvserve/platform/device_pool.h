@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "kvserve/core/status.h"
 #include "kvserve/platform/platform.h"
@@ -21,8 +22,12 @@ struct DevicePoolOptions {
   // False: no pool, every allocation direct (tests and tools that hold several runners on one
   // GPU at once, or share it with other test processes).
   bool reserve = true;
-  size_t bytes = 0;           // 0: the free memory minus the headroom
+  size_t bytes = 0;           // 0: the free memory minus the headroom (or see utilization)
   size_t headroom_bytes = 0;  // 0: default_pool_headroom(total); ignored when bytes is set
+  // --gpu-memory-utilization (vLLM's name): the share of the device's total memory this process
+  // holds, pool and headroom together, so that several servers can share one GPU (a prefill and a
+  // decode server of a disaggregated pair); 0: all the free memory. Ignored when bytes is set.
+  double utilization = 0;
 };
 
 constexpr size_t kMinPoolHeadroom = size_t{1} << 30;
@@ -30,6 +35,17 @@ constexpr double kPoolHeadroomFraction = 0.04;
 
 // max(1 GiB, 4 % of the device's total memory).
 size_t default_pool_headroom(size_t total_bytes);
+
+// The pool's size and the headroom left outside it on a device with `device`'s memory, as
+// `options` say. kOutOfMemory if the free memory does not exceed the headroom, or is less than
+// the utilization asks for (naming --gpu-memory-utilization); kInvalidArgument for a utilization
+// outside (0, 1] or one whose share is no larger than the headroom.
+struct DevicePoolSize {
+  size_t bytes = 0;
+  size_t headroom = 0;
+};
+Result<DevicePoolSize> device_pool_size(const MemoryInfo& device, const DevicePoolOptions& options,
+                                        const std::string& device_name);
 
 // Reserves the pool of a freshly created platform as `options` say and logs one line (pool size,
 // headroom, the device's free memory). A no-op on the CPU platform or without options.reserve.
