@@ -326,6 +326,12 @@ TEST(BenchReader, SglangTokensBeforeText) {
   EXPECT_NEAR(out.ttft, 0.4, 1e-12);
   EXPECT_EQ(out.tokens_before_text, 3);
   EXPECT_EQ(out.itl.size(), 1u);
+  // Token chunks, text or not: 1 -> 3 (two tokens in 0.2 s), 3 -> 4 (0.1 s), 4 -> 5 (0.1 s).
+  ASSERT_EQ(out.token_itl.size(), 4u);
+  EXPECT_NEAR(out.token_itl[0], 0.1, 1e-12);
+  EXPECT_NEAR(out.token_itl[1], 0.1, 1e-12);
+  EXPECT_NEAR(out.token_itl[2], 0.1, 1e-12);
+  EXPECT_NEAR(out.token_itl[3], 0.1, 1e-12);
 
   RequestOutput plain;  // text from the first token on
   ResponseReader p(Backend::kSglang, true, 99, plain);
@@ -343,6 +349,10 @@ TEST(BenchReader, SglangTokensBeforeText) {
   EXPECT_DOUBLE_EQ(m.mean_tokens_before_text, 1.5);
   EXPECT_NEAR(m.first_token_chunk.mean_ms, 150, 1e-9);
   EXPECT_NE(format_report(m, {}).find("Mean tokens before text:"), std::string::npos);
+  // 0.1 s four times (out) and once (plain: 1 -> 2 in 0.1 s).
+  EXPECT_NEAR(m.token_itl.median_ms, 100, 1e-9);
+  EXPECT_NEAR(m.token_itl.max_ms, 100, 1e-9);
+  EXPECT_NE(format_report(m, {}).find("P99 token-chunk ITL (ms):"), std::string::npos);
 }
 
 TEST(BenchReader, OpenAiDeltasAndUsage) {

@@ -204,6 +204,15 @@ void ResponseReader::on_sglang_chunk(const json& chunk, double now) {
   if (!first_text_seen_ && out_.first_token_chunk < 0 && completion.value_or(1) > 0) {
     out_.first_token_chunk = now - out_.start_time;
   }
+  if (completion.has_value() && *completion > last_token_count_) {
+    if (last_token_count_ > 0) {
+      const int32_t new_tokens = *completion - last_token_count_;
+      out_.token_itl.insert(out_.token_itl.end(), static_cast<size_t>(new_tokens),
+                            (now - last_token_time_) / new_tokens);
+    }
+    last_token_time_ = now;
+    last_token_count_ = *completion;
+  }
   if (!has_text) {
     if (completion.has_value()) {
       out_.output_len = *completion;

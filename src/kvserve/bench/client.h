@@ -90,6 +90,8 @@ class ResponseReader {
   bool first_text_seen_ = false;
   double last_text_time_ = 0;
   int32_t last_output_len_ = 0;
+  double last_token_time_ = 0;  // the last chunk that brought tokens, text or not
+  int32_t last_token_count_ = 0;
 };
 
 // Seconds since `origin` on the steady clock.

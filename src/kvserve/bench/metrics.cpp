@@ -93,7 +93,7 @@ BenchmarkMetrics calculate_metrics(std::span<const RequestOutput> outputs, doubl
            "{} retokenized lengths for {} outputs", retokenized_lens.size(), outputs.size());
   BenchmarkMetrics m;
   m.duration_s = duration_s;
-  std::vector<double> e2e, ttft, tpot, itl, first_chunk;
+  std::vector<double> e2e, ttft, tpot, itl, first_chunk, token_itl;
   int64_t tokens_before_text = 0;
   int64_t retokenized = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -112,6 +112,7 @@ BenchmarkMetrics calculate_metrics(std::span<const RequestOutput> outputs, doubl
     if (o.first_token_chunk >= 0) {
       first_chunk.push_back(o.first_token_chunk);
       tokens_before_text += o.tokens_before_text;
+      token_itl.insert(token_itl.end(), o.token_itl.begin(), o.token_itl.end());
     }
     e2e.push_back(o.latency);
   }
@@ -130,6 +131,7 @@ BenchmarkMetrics calculate_metrics(std::span<const RequestOutput> outputs, doubl
   m.itl = latency_stats(itl);
   m.token_chunk_requests = static_cast<int32_t>(first_chunk.size());
   m.first_token_chunk = latency_stats(first_chunk);
+  m.token_itl = latency_stats(token_itl);
   if (!first_chunk.empty()) {
     m.mean_tokens_before_text =
         static_cast<double>(tokens_before_text) / static_cast<double>(first_chunk.size());

@@ -26,6 +26,9 @@ struct RequestOutput {
   // not known), and the tokens of the chunks without text before the first text.
   double first_token_chunk = -1.0;
   int32_t tokens_before_text = 0;
+  // The gaps between chunks that brought tokens, text or not (SGLang's native stream only), one
+  // per token after the first chunk: the decode's pace even while text is held back.
+  std::vector<double> token_itl;
   std::vector<double> itl;  // inter-token latencies after the first chunk, one per token
   int32_t prompt_len = 0;   // the dataset's prompt length
   int32_t output_len = 0;   // the server's completion_tokens (else the requested length)
@@ -63,6 +66,7 @@ struct BenchmarkMetrics {
   int32_t token_chunk_requests = 0;
   LatencyStats first_token_chunk;
   double mean_tokens_before_text = 0;
+  LatencyStats token_itl;  // RequestOutput::token_itl of those requests
 };
 
 // Token arrivals (start + ttft, then + each ITL) and requests in flight, in 1-second buckets

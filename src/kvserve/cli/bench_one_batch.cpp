@@ -62,6 +62,10 @@ int run_bench_one_batch_whisper(const BenchOneBatchArgs& a) {
         "--kv-cache-dtype {}: a Whisper checkpoint keeps its KV cache in the compute dtype (auto)",
         dtype_name(*r.kv_cache_dtype)));
   }
+  if (r.tp_group_of_one) {
+    return fail(invalid_argument(
+        "--tp-group-of-one: tensor parallelism is not implemented for Whisper checkpoints"));
+  }
   if (r.mem_fraction_static != 0) {
     return fail(invalid_argument(
         "--mem-fraction-static: a Whisper checkpoint sizes its KV cache for full rows (or "
@@ -82,6 +86,7 @@ int run_bench_one_batch_whisper(const BenchOneBatchArgs& a) {
   wo.max_total_tokens = r.max_total_tokens;
   wo.layout = a.encoder_kv_layout;
   wo.kernel_switches = r.kernel_switches;
+  wo.device_pool = r.device_pool;
   bench::WhisperOneBatchOptions bo;
   bo.run_name = a.bench.run_name;
   bo.batch_sizes = a.bench.batch_sizes;
@@ -121,6 +126,10 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
         *std::max_element(a.bench.batch_sizes.begin(), a.bench.batch_sizes.end());
   }
   if (Status s = read_kernel_switches(a.runner); !s.is_ok()) return fail(s);
+  if (a.runner.tp_group_of_one && a.runner.tp_size != 1) {
+    return fail(
+        invalid_argument("--tp-group-of-one runs --tp-size 1; got --tp-size {}", a.runner.tp_size));
+  }
   if (model::is_whisper_checkpoint(a.model_path)) return run_bench_one_batch_whisper(a);
   if (a.layout_flag != nullptr && a.layout_flag->count() > 0) {
     return fail(invalid_argument(
@@ -175,7 +184,12 @@ Command add_bench_one_batch_command(CLI::App& app) {
                   "Request rows (default: the largest batch size)");
   cmd->add_option("--context-length", a->runner.context_length);
   add_cuda_graph_options(cmd, a->runner);
+  add_gpu_memory_option(cmd, a->runner);
   add_tensor_parallel_options(cmd, a->runner);
+  cmd->add_flag("--tp-group-of-one", a->runner.tp_group_of_one,
+                "Run --tp-size 1 as a tensor-parallel group of one rank: every all-reduce of the "
+                "forward goes through the group's communicator (NCCL on CUDA), which measures what "
+                "the collectives cost without a second GPU");
   return {cmd, [a] { return run_bench_one_batch(*a); }};
 }
 

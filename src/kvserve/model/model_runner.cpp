@@ -116,12 +116,20 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const std::filesystem::
     return invalid_argument("--cuda-graph-max-bs must be >= 1, got {}", o.cuda_graph_max_bs);
   }
   if (o.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", o.tp_size);
+  if (o.device_pool.utilization != 0 && o.device.is_cpu()) {
+    return invalid_argument(
+        "--gpu-memory-utilization {} applies to CUDA devices; on the CPU --mem-fraction-static or "
+        "--max-total-tokens sizes the KV cache",
+        o.device_pool.utilization);
+  }
   if (o.base_gpu_id >= 0 && !o.device.is_cpu() && o.device.index != o.base_gpu_id) {
     ModelRunnerOptions based = o;
     based.device.index = o.base_gpu_id;
     return create(model_dir, based);
   }
-  if (o.tp_size > 1 && o.tp.comm == nullptr) return create_tp_leader(model_dir, o);
+  if ((o.tp_size > 1 || o.tp_group_of_one) && o.tp.comm == nullptr) {
+    return create_tp_leader(model_dir, o);
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   r->page_size_ = o.page_size;
   const Device device = o.device;

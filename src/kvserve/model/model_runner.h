@@ -86,6 +86,9 @@ struct ModelRunnerOptions {
   // CUDA rank r uses device device.index + r (--base-gpu-id). Whisper is refused.
   int32_t tp_size = 1;
   std::filesystem::path tp_worker_executable;
+  // bench-one-batch --tp-group-of-one: tp_size 1 as a group of one rank (no worker), every
+  // collective of the forward still through the group's communicator (NCCL on CUDA).
+  bool tp_group_of_one = false;
   // --base-gpu-id: CUDA device of rank 0 (-1: device.index); rank r uses it + r.
   int32_t base_gpu_id = -1;
   // --nccl-port: accepted for SGLang command lines and unused (NCCL's unique id crosses the
