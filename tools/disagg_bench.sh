@@ -89,13 +89,22 @@ json.dump(outs, open(path, "w"))
 EOF
 }
 
+info() {  # the pair's /get_server_info into $out/{prefill,decode}-info-$1.json (disagg only)
+  [[ $tag == disagg ]] || return 0
+  curl -sf http://127.0.0.1:31001/get_server_info >"$out/prefill-info-$1.json"
+  curl -sf http://127.0.0.1:31002/get_server_info >"$out/decode-info-$1.json"
+}
+
 measure() {  # tag url
-  local tag=$1 url=$2
+  tag=$1
+  local url=$2
   greedy "$url" "$out/$tag-greedy.json"
+  info before-ttft
   "$kvserve" bench-serving --base-url "$url" --tokenizer "$model" --dataset-name random-ids \
     --random-input-len "$ttft_len" --random-range-ratio 1 --random-output-len 8 \
     --num-prompts 20 --max-concurrency 1 --output-file "$out/$tag-ttft.json" \
     >"$out/$tag-ttft.txt" 2>>"$out/$tag-bench.log"
+  info after-ttft
   "$kvserve" bench-serving --base-url "$url" --tokenizer "$model" --dataset-name random-ids \
     --random-input-len "$long_len" --random-range-ratio 1 --random-output-len "$output_len" \
     --num-prompts "$long_n" --request-rate "$rate" --output-file "$out/$tag-itl.json" \
@@ -149,5 +158,15 @@ for tag in ("single", "disagg"):
 info = json.load(open(f"{out}/prefill-info.json"))
 d = info.get("disaggregation", info.get("disagg", {}))
 print("prefill transfers:", json.dumps(d))
+# The hand-off's stages over the TTFT run alone (concurrency 1): the counters' differences.
+for side, keys in (("prefill", ("bootstrap", "forward", "last_transfer")),
+                   ("decode", ("bootstrap", "wait"))):
+    a = json.load(open(f"{out}/{side}-info-before-ttft.json"))["disaggregation"]
+    b = json.load(open(f"{out}/{side}-info-after-ttft.json"))["disaggregation"]
+    n = b["succeeded"] - a["succeeded"]
+    stages = {k: (b[k + "_mean_s"] * b["succeeded"] - a[k + "_mean_s"] * a["succeeded"]) / n * 1e3
+              for k in keys + ("handoff",)}
+    print(f"{side} stages at concurrency 1 ({n} hand-offs), ms: " +
+          ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
 print("device-to-device copy GB/s:", open(f"{out}/d2d.txt").read().strip())
 EOF

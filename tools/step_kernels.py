@@ -30,11 +30,15 @@ def rows(path):
         yield r
 
 
+def num(text):
+    return float((text or "0").replace(",", ""))  # ncu writes thousands separators
+
+
 def short(name):
-    name = name.split("(")[0]
-    for p in ("void ", "kvserve::", "platform::", "cuda::", "(anonymous namespace)::"):
+    for p in ("void ", "kvserve::", "platform::", "cuda::", "(anonymous namespace)::",
+              "<unnamed>::"):
         name = name.replace(p, "")
-    return name.split("<")[0][:60]
+    return name.split("(")[0].split("<")[0][:60]
 
 
 def main():
@@ -43,14 +47,18 @@ def main():
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
     forwards = []
-    for r in rows(a.csv):
+    all_rows = list(rows(a.csv))
+    for i, r in enumerate(all_rows):
         name = r["Kernel Name"]
-        if "embedding_kernel" in name:
+        # A forward starts with the embedding lookup, then the first layer's norm; the embedding
+        # kernel also gathers the rows that get logits near the end (then the lm_head GEMM).
+        nxt = all_rows[i + 1]["Kernel Name"] if i + 1 < len(all_rows) else ""
+        if "embedding_kernel" in name and "rms_norm" in nxt:
             forwards.append({"grid": r.get("Grid Size", ""), "kernels": []})
         if not forwards:
             continue
-        t = float(r["gpu__time_duration.sum"]) * 1e-3  # ns -> us
-        b = float(r.get("dram__bytes_read.sum", 0) or 0) + float(r.get("dram__bytes_write.sum", 0) or 0)
+        t = num(r["gpu__time_duration.sum"]) * 1e-3  # ns -> us
+        b = num(r.get("dram__bytes_read.sum")) + num(r.get("dram__bytes_write.sum"))
         forwards[-1]["kernels"].append((short(name), t, b))
     print(f"{len(forwards)} forwards")
     last = collections.OrderedDict()

@@ -61,7 +61,17 @@ TEST_P(DisaggServingTest, GreedyAndSeededOutputsEqualASingleServer) {
   EXPECT_EQ(ps.disagg.succeeded, 8);
   EXPECT_GT(ps.disagg.transfer_bytes, 0);
   EXPECT_EQ(ps.disagg.transfer_failures, 0);
+  // The hand-off's stages add up to it (each measured from the same clock readings).
+  EXPECT_GT(ps.disagg.forward_seconds, 0);
+  EXPECT_GE(ps.disagg.bootstrap_seconds, 0);
+  EXPECT_GE(ps.disagg.last_transfer_seconds, 0);
+  EXPECT_NEAR(
+      ps.disagg.bootstrap_seconds + ps.disagg.forward_seconds + ps.disagg.last_transfer_seconds,
+      ps.disagg.handoff_seconds, 1e-6);
   EXPECT_EQ(decode->status().disagg.succeeded, 8);
+  const DisaggStats ds = decode->status().disagg;
+  EXPECT_GT(ds.wait_seconds, 0);
+  EXPECT_NEAR(ds.bootstrap_seconds + ds.wait_seconds, ds.handoff_seconds, 1e-6);
   EXPECT_TRUE(wait_idle(*decode, 5));
   EXPECT_TRUE(wait_idle(*prefill, 5));
 }

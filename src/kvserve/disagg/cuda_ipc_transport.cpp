@@ -47,6 +47,7 @@ class CudaIpcTransport final : public KvTransport {
     platform_->synchronize_stream(stream_);
     for (auto& [id, t] : transfers_) {
       if (t.done.ptr != nullptr) platform_->destroy_event(t.done);
+      if (t.start.ptr != nullptr) platform_->destroy_event(t.start);
       free_run_list(std::exchange(t.runs, {}));
     }
     for (RunList& r : run_lists_)
@@ -151,6 +152,8 @@ class CudaIpcTransport final : public KvTransport {
         *runs++ = op.length;
       }
       if (ready.ptr != nullptr) platform_->stream_wait_event(stream_, ready);
+      t.start = platform_->create_event();
+      platform_->record_event(t.start, stream_);
       platform_->copy(t.runs.device.data(), t.runs.host, ops.size() * 3 * sizeof(uint64_t),
                       platform::CopyKind::kHostToDevice, stream_);
       ops::CopyRunsParams params;
@@ -187,6 +190,16 @@ class CudaIpcTransport final : public KvTransport {
     return t.status;
   }
 
+  double device_seconds(TransferId transfer) override {
+    std::lock_guard lock(mu_);
+    const auto it = transfers_.find(transfer.value);
+    if (it == transfers_.end() || it->second.status != TransferStatus::kDone ||
+        it->second.start.ptr == nullptr) {
+      return -1;
+    }
+    return platform_->elapsed_ms(it->second.start, it->second.done) / 1e3;
+  }
+
   void release(TransferId transfer) override {
     std::lock_guard lock(mu_);
     const auto it = transfers_.find(transfer.value);
@@ -196,6 +209,7 @@ class CudaIpcTransport final : public KvTransport {
       platform_->synchronize_event(t.done);  // its run list is free for another post now
       platform_->destroy_event(t.done);
     }
+    if (t.start.ptr != nullptr) platform_->destroy_event(t.start);
     give_back_run_list(std::exchange(t.runs, {}));
     transfers_.erase(it);
   }
@@ -257,7 +271,8 @@ class CudaIpcTransport final : public KvTransport {
     bool kernel_done = false;
     Clock::time_point posted;
     Clock::time_point done_not_before;
-    RunList runs;  // until the kernel has read it
+    RunList runs;                 // until the kernel has read it
+    platform::EventHandle start;  // before the run list's copy: device_seconds
     platform::EventHandle done;
   };
 

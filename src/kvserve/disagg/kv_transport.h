@@ -157,6 +157,14 @@ class KvTransport {
   // An unknown (or released) id is kFailed.
   virtual TransferStatus poll(TransferId transfer) = 0;
 
+  // The device's time on a transfer that is kDone, where the backend can tell (cuda-ipc: from
+  // events around its copy, i.e. the bandwidth the write itself got, apart from when it was
+  // polled); -1 otherwise.
+  virtual double device_seconds(TransferId transfer) {
+    (void)transfer;
+    return -1;
+  }
+
   // Forgets a transfer. Releasing one still in progress detaches it: the transport finishes or
   // fails it in the background (its writes may still land until then).
   virtual void release(TransferId transfer) = 0;

@@ -142,7 +142,10 @@ void DecodeDisagg::prebuilt(uint64_t id, Room& room, const pd::Message& done) {
   }
   room.poll.advance(pd::KvPoll::kSuccess);
   ++stats_.succeeded;
-  stats_.handoff_seconds += seconds(Clock::now() - room.poll.created());
+  const Clock::time_point now = Clock::now();
+  stats_.handoff_seconds += seconds(now - room.poll.created());
+  stats_.bootstrap_seconds += seconds(room.meta_at - room.poll.created());
+  stats_.wait_seconds += seconds(now - room.meta_at);
   rooms_.erase(id);
   // The prompt's KV is in its slots: no forward. The first token is taken as if sampled here.
   if (s_.metrics_) s_.metrics_->on_admitted(r.input_len(), 0);

@@ -78,8 +78,20 @@ struct DisaggStats {
   int64_t transfer_bytes = 0;     // prefill: bytes written
   double transfer_seconds = 0;    // prefill: post -> done, summed over batches
   double transfer_max_seconds = 0;
+  // prefill: the device's own time on the batches whose backend tells (cuda-ipc), and their bytes
+  int64_t transfer_device_bytes = 0;
+  double transfer_device_seconds = 0;
   // Each side: from the hand-off's start (decode: the request's arrival) to Success, summed.
   double handoff_seconds = 0;
+  // The hand-off's stages, summed over successes. Prefill: the request and its destination pages
+  // both here (bootstrap), then its prompt forwarded and every chunk posted (forward: queue +
+  // forward), then the last write done (last_transfer: what the KV transfer adds to TTFT).
+  // Decode: from the request's arrival to its pages allocated and their ids sent (bootstrap),
+  // then until the prefill's done arrived (wait).
+  double bootstrap_seconds = 0;
+  double forward_seconds = 0;
+  double last_transfer_seconds = 0;
+  double wait_seconds = 0;
   int64_t refused_peers = 0;  // handshakes refused (layout mismatch)
 };
 

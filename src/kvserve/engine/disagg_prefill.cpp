@@ -272,6 +272,7 @@ void PrefillDisagg::after_prefill(Req& r) {
   push_kv(room, r, static_cast<int32_t>(r.input_len()), /*last=*/true);
   if (room.ending) return;  // the push failed; the request ended
   room.all_sent = true;
+  room.sent_at = Clock::now();
   if (!r.finished()) r.finish = {FinishKind::kLength, -1, "", ""};  // the decode side goes on
 }
 
@@ -288,7 +289,11 @@ void PrefillDisagg::succeed(Room& room) {
   send(room.peer, done);
   ++stats_.succeeded;
   room.counted = true;
-  stats_.handoff_seconds += seconds(Clock::now() - room.poll.created());
+  const Clock::time_point now = Clock::now();
+  stats_.handoff_seconds += seconds(now - room.poll.created());
+  stats_.bootstrap_seconds += seconds(room.input_at - room.poll.created());
+  stats_.forward_seconds += seconds(room.sent_at - room.input_at);
+  stats_.last_transfer_seconds += seconds(now - room.sent_at);
   end_request(room, r, r.finish);
 }
 
@@ -350,9 +355,14 @@ bool PrefillDisagg::poll() {
         ++t;
         continue;
       }
+      const double device = ctx_.transport->device_seconds(t->id);
       ctx_.transport->release(t->id);
       if (st == disagg::TransferStatus::kDone) {
         const double took = seconds(now - t->posted);
+        if (device > 0) {
+          stats_.transfer_device_bytes += static_cast<int64_t>(t->bytes);
+          stats_.transfer_device_seconds += device;
+        }
         ++stats_.transfers;
         stats_.transfer_bytes += static_cast<int64_t>(t->bytes);
         stats_.transfer_seconds += took;

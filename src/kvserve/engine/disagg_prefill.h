@@ -71,6 +71,7 @@ class PrefillDisagg {
     std::vector<Transfer> transfers;  // in progress
     int32_t sent_tokens = 0;          // positions [0, sent_tokens) of the prompt are posted
     bool all_sent = false;
+    Clock::time_point sent_at;  // all_sent since
     // The room ended without a result; the decode side is told (kFailed, or kAbortAck when it
     // asked) once no transfer is in progress.
     bool ending = false;

@@ -115,6 +115,9 @@ class Engine {
  private:
   Engine() = default;
   void loop();
+  // The status snapshot /get_server_info and health read, after a step; the memory invariants
+  // checked once when idle after work (checked_since_work says whether they were).
+  void publish_status(bool& checked_since_work);
   // The transport, the pool's registration and the control plane (create, for a disaggregated
   // server).
   Status init_disaggregation();

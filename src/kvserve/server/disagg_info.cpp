@@ -18,6 +18,9 @@ ordered_json disagg_bootstrap_json(const engine::Engine& engine) {
 }
 
 ordered_json disagg_stats_json(const engine::DisaggStats& s) {
+  const auto per_success = [&](double total) {
+    return s.succeeded > 0 ? total / static_cast<double>(s.succeeded) : 0.0;
+  };
   const double gbps =
       s.transfer_seconds > 0 ? static_cast<double>(s.transfer_bytes) / s.transfer_seconds / 1e9 : 0;
   return {{"mode", engine::disagg_mode_name(s.mode)},
@@ -38,8 +41,15 @@ ordered_json disagg_stats_json(const engine::DisaggStats& s) {
           {"transfer_mean_latency_s",
            s.transfers > 0 ? s.transfer_seconds / static_cast<double>(s.transfers) : 0.0},
           {"transfer_max_latency_s", s.transfer_max_seconds},
-          {"handoff_mean_s",
-           s.succeeded > 0 ? s.handoff_seconds / static_cast<double>(s.succeeded) : 0.0}};
+          {"transfer_device_gb_per_s",
+           s.transfer_device_seconds > 0
+               ? static_cast<double>(s.transfer_device_bytes) / s.transfer_device_seconds / 1e9
+               : 0.0},
+          {"handoff_mean_s", per_success(s.handoff_seconds)},
+          {"bootstrap_mean_s", per_success(s.bootstrap_seconds)},
+          {"forward_mean_s", per_success(s.forward_seconds)},
+          {"last_transfer_mean_s", per_success(s.last_transfer_seconds)},
+          {"wait_mean_s", per_success(s.wait_seconds)}};
 }
 
 }  // namespace kvserve::server
