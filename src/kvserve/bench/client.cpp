@@ -78,6 +78,7 @@ void configure(httplib::Client& cli, double timeout_s) {
   cli.set_write_timeout(t);
   cli.set_connection_timeout(std::chrono::seconds(30));
   cli.set_keep_alive(false);
+  cli.set_tcp_nodelay(true);  // the request's header and body writes go out at once
   if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0') {
     cli.set_bearer_token_auth(key);
   }

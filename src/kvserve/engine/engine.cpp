@@ -126,6 +126,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   e->status_.scheduler = e->scheduler_->stats();  // /get_server_info is right before any step
   e->status_.disagg = e->scheduler_->disagg_stats();
   e->dispatcher_ = std::make_unique<StreamDispatcher>();
+  e->scheduler_->set_early_outputs(
+      [d = e->dispatcher_.get()](StreamOutputs out) { d->submit(std::move(out)); });
   e->thread_ = std::thread([raw = e.get()] { raw->loop(); });
   return e;
 }

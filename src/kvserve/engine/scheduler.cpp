@@ -636,6 +636,7 @@ bool Scheduler::step() {
   bool handed_off = false;
   if (pd_prefill_) handed_off = pd_prefill_->poll();
   if (pd_decode_) handed_off = pd_decode_->poll();
+  if (handed_off && early_outputs_ && !outbox_.empty()) early_outputs_(take_outputs());
   const std::vector<Req*> batch = get_new_batch_prefill();
   bool decode = false;
   if (!batch.empty()) {

@@ -132,6 +132,13 @@ class Scheduler {
   // The stream events produced since the last call (by steps and aborts), in order; the engine
   // hands them to its StreamDispatcher once per step.
   StreamOutputs take_outputs();
+  // Where a step hands its events early, before its forward, when a KV hand-off produced some (a
+  // decode server's first token arrives with the prefill's done: without this it would wait for
+  // the step's decode forward). The engine sets it to its StreamDispatcher; unset: only
+  // take_outputs.
+  void set_early_outputs(std::function<void(StreamOutputs)> sink) {
+    early_outputs_ = std::move(sink);
+  }
 
  private:
   std::vector<Req*> get_new_batch_prefill();
@@ -205,6 +212,7 @@ class Scheduler {
   std::vector<int32_t> raw_rows_;  // rows of the sampled batch whose raw logits come back
   std::vector<float> raw_logits_;  // [raw_rows_.size(), vocab]
   StreamOutputs outbox_;
+  std::function<void(StreamOutputs)> early_outputs_;
   std::unique_ptr<PrefillDisagg> pd_prefill_;  // a prefill server's hand-offs
   std::unique_ptr<DecodeDisagg> pd_decode_;    // a decode server's
 };

@@ -49,6 +49,7 @@ struct Exchange {
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     for (httplib::Client* c : {&prefill, &decode}) {
       c->set_connection_timeout(std::chrono::seconds(5));
+      c->set_tcp_nodelay(true);  // the request's header and body writes go out at once
       c->set_read_timeout(timeout);
       c->set_write_timeout(timeout);
     }
@@ -115,6 +116,9 @@ Result<std::unique_ptr<Router>> Router::create(const RouterOptions& options) {
                       WorkerPool::create(options.prefill, options.decode, options.startup_timeout_s,
                                          options.health_interval_s));
   r->server_ = std::make_unique<httplib::Server>();
+  // Without it every streamed event (chunk size, data and CRLF: three writes) waits on Nagle for
+  // the client's ACK of the one before (kvserve serve sets it on its sockets for the same reason).
+  r->server_->set_tcp_nodelay(true);
   r->routes();
   return r;
 }
