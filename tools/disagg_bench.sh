@@ -16,7 +16,10 @@
 #
 # Environment: PAGE (16), MEM (0.4: --gpu-memory-utilization of each server), PROMPTS (16),
 # TTFT_LEN (2048), LONG_LEN (4096), RATE (4 requests/s), LONG_N (40), OUTPUT_LEN (256); DEVICE=cpu
-# BACKEND=ucx EXTRA="--max-total-tokens 8192" runs the same on the CPU (a smoke test of the script).
+# BACKEND=ucx EXTRA="--max-total-tokens 8192" runs the same on the CPU (a smoke test of the script);
+# PD_EXTRA: flags for the prefill and decode servers only (e.g. --disaggregation-staging-buffer-mb
+# 512); SINGLE_FROM=DIR: take the single server's results from an earlier run's OUT_DIR instead of
+# measuring them again (a second backend on the same loan).
 set -euo pipefail
 if [[ $# -ne 3 ]]; then
   echo "usage: $0 KVSERVE MODEL_DIR OUT_DIR" >&2
@@ -37,6 +40,7 @@ output_len=${OUTPUT_LEN:-256}
 device=${DEVICE:-cuda}
 backend=${BACKEND:-cuda-ipc}
 read -r -a extra <<<"${EXTRA:-}"
+read -r -a pd_extra <<<"${PD_EXTRA:-}"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -113,11 +117,16 @@ measure() {  # tag url
 
 common=(--model-path "$model" --device "$device" --page-size "$page" "${extra[@]}")
 [[ $device == cpu ]] || common+=(--gpu-memory-utilization "$mem")
-pd=(--disaggregation-transfer-backend "$backend")
+pd=(--disaggregation-transfer-backend "$backend" "${pd_extra[@]}")
 
-start single 31000 serve "${common[@]}"
-measure single http://127.0.0.1:31000
-stop_all
+if [[ -n ${SINGLE_FROM:-} ]]; then
+  cp "$SINGLE_FROM"/single-greedy.json "$SINGLE_FROM"/single-ttft.json \
+    "$SINGLE_FROM"/single-itl.json "$out/"
+else
+  start single 31000 serve "${common[@]}"
+  measure single http://127.0.0.1:31000
+  stop_all
+fi
 
 start prefill 31001 serve "${common[@]}" "${pd[@]}" --disaggregation-mode prefill \
   --disaggregation-bootstrap-port 31011

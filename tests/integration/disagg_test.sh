@@ -81,7 +81,7 @@ if "$kvserve" router --prefill "$prefill_url" --decode "$odd_url" --port 0 \
   --startup-timeout 10 >"$work/refused.log" 2>&1; then
   fail "the router accepted KV dtype f32 (prefill) with fp8_e4m3 (decode)"
 fi
-grep -q 'kv_dtype "f32" (prefill) vs "fp8_e4m3" (decode)' "$work/refused.log" ||
+grep -q 'KV dtype f32 (prefill) vs fp8_e4m3 (decode)' "$work/refused.log" ||
   fail "the router's refusal does not name the KV dtypes: $(cat "$work/refused.log")"
 kill -9 "$odd_pid"
 
@@ -118,6 +118,37 @@ echo "outputs equal a single server's"
   fail "no transfer bytes counted"
 curl -sf "$prefill_url/metrics" | grep -q '^kvserve:disagg_transfer_bytes_total' ||
   fail "/metrics lacks the transfer counters"
+
+# Through staging buffers over UCX (both servers with --disaggregation-staging-buffer-mb; the
+# prefill's holds 8 tokens of f32 KV, so each prompt goes in several pieces): outputs equal the
+# single server's; a staged prefill with the plain decode server is refused by the router, naming
+# the flag.
+start sprefill serve "${common[@]}" "${pd[@]}" --disaggregation-mode prefill \
+  --disaggregation-bootstrap-port 0 --disaggregation-staging-buffer-mb 0.047
+start sdecode serve "${common[@]}" "${pd[@]}" --disaggregation-mode decode \
+  --disaggregation-staging-buffer-mb 4
+ready sprefill
+ready sdecode
+if "$kvserve" router --prefill "$sprefill_url" --decode "$decode_url" --port 0 \
+  --startup-timeout 10 >"$work/refused-staging.log" 2>&1; then
+  fail "the router accepted a staged prefill server with a decode server without staging"
+fi
+grep -q -- '--disaggregation-staging-buffer-mb' "$work/refused-staging.log" ||
+  fail "the router's refusal does not name the staging flag: $(cat "$work/refused-staging.log")"
+start srouter router --prefill "$sprefill_url" --decode "$sdecode_url" --port 0
+ready srouter
+for p in "${prompts[@]}"; do
+  body=$(jq -nc --arg t "$p" '{text: $t, sampling_params: {max_new_tokens: 16, temperature: 0}}')
+  want=$(post "$single_url" /generate "$body" | jq -c .output_ids)
+  got=$(post "$srouter_url" /generate "$body" | jq -c .output_ids)
+  [ "$want" = "$got" ] || fail "staged /generate '$p': router $got, single server $want"
+done
+info=$(curl -sf "$sprefill_url/get_server_info")
+[ "$(jq .disaggregation.staged_chunks <<<"$info")" -gt 3 ] || fail "no staged pieces: $info"
+[ "$(curl -sf "$sdecode_url/get_server_info" | jq .disaggregation.staging_used_tokens)" = 0 ] ||
+  fail "the decode server still holds staging extents"
+echo "staged outputs equal a single server's"
+kill -9 "$srouter_pid" "$sprefill_pid" "$sdecode_pid"
 
 # Kill the prefill server while requests are in flight (its transfers held back 3 s each).
 kill -9 "$prefill_pid"

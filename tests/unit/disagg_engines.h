@@ -44,6 +44,12 @@ inline EngineOptions options(DisaggMode mode, Shape shape,
   return o;
 }
 
+// The demo model's KV of one token in f32 (6 layers x K and V x 2 heads x 64 dims x 4 bytes), in
+// MiB: staging buffers of a few tokens make several pieces per prompt.
+inline double staging_mb(int64_t f32_tokens) {
+  return static_cast<double>(f32_tokens * 6 * 2 * 2 * 64 * 4) / 1048576.0;
+}
+
 inline std::unique_ptr<Engine> make(const EngineOptions& o) {
   auto e = Engine::create(o);
   EXPECT_TRUE(e.is_ok()) << e.status().to_string();
@@ -126,6 +132,7 @@ inline ::testing::AssertionResult wait_idle(Engine& e, double limit_s) {
     const DisaggStats& d = s.disagg;
     if (s.scheduler.running == 0 && s.scheduler.waiting == 0 && s.scheduler.used_tokens == 0 &&
         d.bootstrapping + d.waiting_for_input + d.transferring + d.draining == 0 &&
+        d.staging_used_tokens == 0 &&
         s.scheduler.available_tokens + s.scheduler.evictable_tokens == s.scheduler.total_tokens &&
         s.invariant_checks > 0) {
       if (s.invariant_violations != 0) {
@@ -138,7 +145,8 @@ inline ::testing::AssertionResult wait_idle(Engine& e, double limit_s) {
   return ::testing::AssertionFailure()
          << "not idle after " << limit_s << " s: running " << s.scheduler.running << ", used "
          << s.scheduler.used_tokens << ", draining " << s.disagg.draining << ", waiting for input "
-         << s.disagg.waiting_for_input << ", bootstrapping " << s.disagg.bootstrapping;
+         << s.disagg.waiting_for_input << ", bootstrapping " << s.disagg.bootstrapping
+         << ", staging tokens held " << s.disagg.staging_used_tokens;
 }
 
 }  // namespace kvserve::engine

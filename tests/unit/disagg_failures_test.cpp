@@ -79,6 +79,52 @@ TEST(DisaggFailuresTest, AnUnbridgeableLayoutIsRefusedAtTheHandshakeNotHung) {
   EXPECT_TRUE(wait_idle(*prefill, 2));
 }
 
+// A staging buffer on one side only cannot work: refused at the handshake, naming the flag.
+TEST(DisaggFailuresTest, StagingOnOneSideOnlyIsRefusedNamingTheFlag) {
+  EngineOptions p = fast(DisaggMode::kPrefill);
+  p.disagg.staging_buffer_mb = staging_mb(64);
+  auto prefill = make(p);
+  auto decode = make(fast(DisaggMode::kDecode));
+  ASSERT_TRUE(prefill && decode);
+  const Outcome out = collect(
+      *submit(*decode, half(*decode, next_room(), "127.0.0.1", prefill->disagg_bootstrap_port())),
+      milliseconds(5000));
+  EXPECT_EQ(out.all.finish.kind, FinishKind::kError);
+  EXPECT_NE(out.all.finish.message.find("--disaggregation-staging-buffer-mb"), std::string::npos)
+      << out.all.finish.message;
+  EXPECT_LT(out.seconds, 1.0);
+  EXPECT_TRUE(wait_idle(*decode, 2));
+  EXPECT_TRUE(wait_idle(*prefill, 2));
+}
+
+// A prompt longer than the decode side's whole staging buffer can never be taken: it fails at
+// once naming the flag (not after a timeout), and both servers go back to idle.
+TEST(DisaggFailuresTest, APromptLargerThanTheDecodeStagingBufferFailsNamingTheFlag) {
+  EngineOptions p = fast(DisaggMode::kPrefill);
+  EngineOptions d = fast(DisaggMode::kDecode);
+  p.disagg.staging_buffer_mb = staging_mb(64);
+  d.disagg.staging_buffer_mb = staging_mb(4);
+  auto prefill = make(p);
+  auto decode = make(d);
+  ASSERT_TRUE(prefill && decode);
+  const uint64_t room = next_room();
+  auto pre = submit(*prefill, half(*prefill, room, "", 0));
+  const Outcome out =
+      collect(*submit(*decode, half(*decode, room, "127.0.0.1", prefill->disagg_bootstrap_port())),
+              milliseconds(5000));
+  EXPECT_EQ(out.all.finish.kind, FinishKind::kError);
+  EXPECT_NE(out.all.finish.message.find("staging buffer of 4 tokens"), std::string::npos)
+      << out.all.finish.message;
+  EXPECT_NE(out.all.finish.message.find("--disaggregation-staging-buffer-mb"), std::string::npos);
+  EXPECT_LT(out.seconds, 1.0);
+  // The prefill half hears the abort instead of waiting for its bootstrap timeout.
+  const Outcome first = collect(*pre, milliseconds(5000));
+  EXPECT_NE(first.all.finish.kind, FinishKind::kLength);
+  EXPECT_LT(first.seconds, 1.0);
+  EXPECT_TRUE(wait_idle(*decode, 2));
+  EXPECT_TRUE(wait_idle(*prefill, 2));
+}
+
 TEST(DisaggFailuresTest, NoPrefillServerFailsWithinTheHeartbeatTimeout) {
   int32_t dead_port = 0;
   {
@@ -226,6 +272,45 @@ TEST(DisaggFailuresTest, InjectedFailuresEndEveryRequestAndTheRestAnswerRight) {
   EXPECT_GT(errors, 0);
   EXPECT_LT(errors, 8);
   EXPECT_EQ(prefill->status().disagg.transfer_failures, errors);
+  EXPECT_TRUE(wait_idle(*decode, 3));
+  EXPECT_TRUE(wait_idle(*prefill, 3));
+}
+
+// Injected failures through the staging buffers: every request ends, the rest answer right, and
+// the decode side's staging extents all come back (wait_idle checks them).
+TEST(DisaggFailuresTest, InjectedFailuresThroughStagingEndEveryRequest) {
+  disagg::TransportFaults faults;
+  faults.fail_probability = 0.3;
+  faults.seed = 12;
+  auto single = make(options(DisaggMode::kNone, kPage1));
+  EngineOptions p = fast(DisaggMode::kPrefill, faults, /*timeout_s=*/30);
+  EngineOptions d = fast(DisaggMode::kDecode, {}, /*timeout_s=*/30);
+  p.disagg.heartbeat_timeout_s = d.disagg.heartbeat_timeout_s = 10;
+  p.disagg.staging_buffer_mb = staging_mb(5);  // two to three pieces per prompt
+  d.disagg.staging_buffer_mb = staging_mb(64);
+  auto prefill = make(p);
+  auto decode = make(d);
+  ASSERT_TRUE(single && prefill && decode);
+  std::vector<std::vector<int32_t>> want;
+  std::vector<Pair> pairs;
+  for (int i = 0; i < 8; ++i) {
+    const SubmitRequest r = request(*single, fmt::format("Story {}: once upon a time", i), 6);
+    want.push_back(collect(*submit(*single, r)).all.token_ids);
+    pairs.push_back(submit_pair(*prefill, *decode, r));
+  }
+  int errors = 0;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const Outcome out = collect(*pairs[i].decode, milliseconds(30000));
+    ASSERT_TRUE(out.all.finished) << i;
+    if (out.all.finish.kind == FinishKind::kError) {
+      ++errors;
+    } else {
+      EXPECT_EQ(out.all.token_ids, want[i]) << i;
+    }
+    collect(*pairs[i].prefill, milliseconds(30000));
+  }
+  EXPECT_GT(errors, 0);
+  EXPECT_LT(errors, 8);
   EXPECT_TRUE(wait_idle(*decode, 3));
   EXPECT_TRUE(wait_idle(*prefill, 3));
 }

@@ -130,6 +130,99 @@ TEST(DisaggServingPageSizes, OtherPageSizesOnTheTwoSidesEqualASingleServer) {
   }
 }
 
+// Through the staging buffers (seed 002; both sides with --disaggregation-staging-buffer-mb): the
+// prefill gathers token-major pieces into its region, one write each into the request's extent of
+// the decode's region, which scatters the whole prompt once its done arrives. Same KV dtype:
+// outputs equal a single server's at the decode's page size, with a prefill region of 12 tokens
+// (several pieces per prompt and per chunk) and a decode region of 64 tokens (at most two prompts'
+// extents at once: the others wait in the prealloc queue).
+TEST(DisaggServingStaging, StagedPairsEqualASingleServer) {
+  struct Case {
+    Shape prefill;
+    Shape decode;
+  };
+  for (const Case c : {Case{{16, 32}, {1, 8192}}, Case{{1, 8192}, {64, 8192}}}) {
+    SCOPED_TRACE(testing::Message() << "prefill page " << c.prefill.page_size << ", decode page "
+                                    << c.decode.page_size);
+    auto single = make(options(DisaggMode::kNone, c.decode));
+    EngineOptions po = options(DisaggMode::kPrefill, c.prefill);
+    EngineOptions dopt = options(DisaggMode::kDecode, c.decode);
+    po.disagg.staging_buffer_mb = staging_mb(12);
+    dopt.disagg.staging_buffer_mb = staging_mb(64);
+    auto prefill = make(po);
+    auto decode = make(dopt);
+    ASSERT_TRUE(single && prefill && decode);
+    std::vector<SubmitRequest> reqs;
+    for (const std::optional<uint64_t> seed :
+         {std::optional<uint64_t>{}, std::optional<uint64_t>{7}}) {
+      for (const char* text : kPrompts)
+        reqs.push_back(request(*single, text, 12, seed));
+    }
+    for (int i = 0; i < 4; ++i) {
+      reqs.push_back(request(*single,
+                             std::string(kPrompts[1]) + " and then number " + std::to_string(i), 8,
+                             std::nullopt));
+    }
+    std::vector<std::vector<int32_t>> want;
+    int64_t prompt_tokens = 0;
+    for (const SubmitRequest& r : reqs) {
+      want.push_back(collect(*submit(*single, r)).all.token_ids);
+      prompt_tokens += static_cast<int64_t>(r.input_ids.size());
+    }
+    expect_pairs_answer(*prefill, *decode, reqs, want);
+    const DisaggStats ps = prefill->status().disagg;
+    EXPECT_EQ(ps.succeeded, static_cast<int64_t>(reqs.size()));
+    // Every prompt token went through the staging buffers once, in pieces of at most 12 tokens.
+    EXPECT_EQ(ps.transfer_bytes, prompt_tokens * 6 * 2 * 2 * 64 * 4);
+    EXPECT_GE(ps.staged_chunks, (prompt_tokens + 11) / 12);
+    EXPECT_EQ(decode->status().disagg.staging_tokens, 64);
+    EXPECT_TRUE(wait_idle(*decode, 5));
+    EXPECT_TRUE(wait_idle(*prefill, 5));
+  }
+}
+
+// Other KV dtypes on the two sides (f32 prefill, bf16 decode): the prefill's gather rounds each
+// value once to bf16 (kv_staging_test checks that value for value). The first token is the f32
+// prefill's, so it equals an f32 single server's; the rest come from a bf16 pool whose prompt KV
+// was computed in f32, so they are compared with a bf16 single server's and must agree nearly
+// everywhere (the count is printed).
+TEST(DisaggServingStaging, F32PrefillToBf16DecodeThroughStaging) {
+  EngineOptions bf16 = options(DisaggMode::kNone, Shape{16, 8192});
+  bf16.runner.kv_cache_dtype = DType::kBF16;
+  auto single_f32 = make(options(DisaggMode::kNone, Shape{16, 8192}));
+  auto single_bf16 = make(bf16);
+  EngineOptions po = options(DisaggMode::kPrefill, Shape{16, 8192});
+  EngineOptions dopt = options(DisaggMode::kDecode, Shape{16, 8192});
+  dopt.runner.kv_cache_dtype = DType::kBF16;
+  po.disagg.staging_buffer_mb = dopt.disagg.staging_buffer_mb = staging_mb(256);
+  auto prefill = make(po);
+  auto decode = make(dopt);
+  ASSERT_TRUE(single_f32 && single_bf16 && prefill && decode);
+  int64_t agree = 0;
+  int64_t total = 0;
+  for (const char* text : kPrompts) {
+    SCOPED_TRACE(text);
+    const SubmitRequest req = request(*single_f32, text, 16);
+    const Outcome f32 = collect(*submit(*single_f32, req));
+    const Outcome b16 = collect(*submit(*single_bf16, req));
+    Pair pair = submit_pair(*prefill, *decode, req);
+    const Outcome got = collect(*pair.decode);
+    collect(*pair.prefill);
+    ASSERT_EQ(got.all.finish.kind, FinishKind::kLength) << got.all.finish.message;
+    ASSERT_EQ(got.all.token_ids.size(), 16u);
+    EXPECT_EQ(got.all.token_ids[0], f32.all.token_ids[0]);
+    for (size_t i = 1; i < got.all.token_ids.size(); ++i) {
+      agree += got.all.token_ids[i] == b16.all.token_ids[i] ? 1 : 0;
+      ++total;
+    }
+  }
+  std::printf("f32 -> bf16 through staging: %lld of %lld later tokens equal a bf16 server's\n",
+              static_cast<long long>(agree), static_cast<long long>(total));
+  EXPECT_GE(agree * 4, total * 3);
+  EXPECT_TRUE(wait_idle(*decode, 5));
+  EXPECT_TRUE(wait_idle(*prefill, 5));
+}
+
 INSTANTIATE_TEST_SUITE_P(Pages, DisaggServingTest, ::testing::Values(Shape{1, 8192}, Shape{16, 32}),
                          [](const auto& param_info) {
                            return fmt::format("page{}_chunk{}", param_info.param.page_size,

@@ -4,12 +4,14 @@
 // and 64 byte for byte, dtype conversions value for value, head slices, chunks, refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
 
 #include "kvserve/disagg/kv_staging.h"
 #include "kvserve/disagg/kv_transport.h"
+#include "kvserve/disagg/staging_extents.h"
 #include "kvserve/platform/ops/kv_staging.h"
 #include "unit/kv_transfer_scenario.h"
 
@@ -242,6 +244,120 @@ TEST(KvStaging, HeadSlicesGoToTheirRanks) {
         }
       }
     }
+  }
+}
+
+// The engine's way (engine/disagg_prefill.cpp, disagg_decode.cpp): the sender gathers pieces of
+// a prompt, one at a time, into its small staging region, each written at the piece's own place in
+// the receiver's extent (format.bytes(first token) past the extent's start), and the receiver
+// scatters the whole prompt from its extent at once. The staging layout is token-major, so pieces
+// cut anywhere make the prompt's layout: the decode pool equals the naive token-by-token copy.
+TEST(KvStaging, PiecesWrittenAtTheirOffsetsScatterAsOnePrompt) {
+  auto p = cpu_platform();
+  const uint64_t seed = 6000;
+  std::printf("staging pieces seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  auto prefill = mem::MHATokenToKVPool::create(*p, pool_config(16, 20, 2, DType::kF32)).value();
+  auto decode = mem::MHATokenToKVPool::create(*p, pool_config(4, 80, 2, DType::kF32)).value();
+  fill_values(*prefill, seed);
+  fill_values(*decode, seed + 1);
+  const int64_t tokens = 150;
+  const auto src_slots = token_slots(tokens, 16, 20, rng);
+  const auto dst_slots = token_slots(tokens, 4, 80, rng);
+  const StagingFormat format{3, 2, 8, DType::kF32};
+  // The sender's region holds 40 tokens; the receiver's 400, the prompt's extent at token 37.
+  std::vector<uint8_t> src_region(format.bytes(40));
+  std::vector<uint8_t> dst_region(format.bytes(400));
+  auto src = KvStager::create(*prefill, format, 0, 40,
+                              StagingRegion{src_region.data(), src_region.size(), false})
+                 .value();
+  auto dst = KvStager::create(*decode, format, 0, 400,
+                              StagingRegion{dst_region.data(), dst_region.size(), false})
+                 .value();
+  EXPECT_EQ(src->staging_bytes(), src_region.size());
+  TransportOptions o;
+  o.platform = p.get();  // waits on the gathers' ready events
+  auto sender = create_kv_transport(o).value();
+  auto receiver = create_kv_transport(o).value();
+  ASSERT_TRUE(sender->register_region(src_region.data(), src_region.size(), Device{}).is_ok());
+  const auto remote = receiver->register_region(dst_region.data(), dst_region.size(), Device{});
+  ASSERT_TRUE(remote.is_ok());
+  const PeerId peer = sender->connect(*remote).value();
+  const uint64_t extent = format.bytes(37);
+  // Pieces as chunked prefill and the sender's region cut them: [0, 23), [23, 63), [63, 103),
+  // [103, 120), [120, 150).
+  for (const auto& [begin, end] : {std::pair{0, 23}, {23, 63}, {63, 103}, {103, 120}, {120, 150}}) {
+    const auto ready = src->gather(std::span(src_slots).subspan(begin, end - begin));
+    ASSERT_TRUE(ready.is_ok()) << ready.status().to_string();
+    const WriteOp op{0, extent + format.bytes(begin), format.bytes(end - begin)};
+    const auto id = sender->post(peer, std::span(&op, 1), *ready);
+    ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+    TransferStatus st = sender->poll(*id);
+    while (st == TransferStatus::kInProgress)
+      st = sender->poll(*id);
+    ASSERT_EQ(st, TransferStatus::kDone);
+    sender->release(*id);
+  }
+  ASSERT_TRUE(dst->scatter(dst_slots, {}, extent).is_ok());
+  for (int32_t layer = 0; layer < 3; ++layer) {
+    for (const bool v : {false, true}) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int32_t h = 0; h < 2; ++h) {
+          for (int32_t d = 0; d < 8; ++d) {
+            ASSERT_EQ(pool_value(*decode, v, layer, dst_slots[t], h, d),
+                      pool_value(*prefill, v, layer, src_slots[t], h, d))
+                << "layer " << layer << (v ? " V" : " K") << " token " << t;
+          }
+        }
+      }
+    }
+  }
+  // A chunk that would leave the region is refused, nothing queued.
+  EXPECT_EQ(
+      dst->scatter(std::span(dst_slots).subspan(0, 10), {}, format.bytes(391)).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(src->gather(std::span(src_slots).subspan(0, 1), {}, src_region.size()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvStager::create(*prefill, format, 0, 4, StagingRegion{}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The decode side's extents against a bitmap of taken tokens: allocate gives the lowest start of
+// a free run long enough (first fit), -1 only when there is none; used() is the taken count.
+TEST(StagingExtents, FirstFitAgainstABitmap) {
+  const uint64_t seed = 6100;
+  std::printf("staging extents seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t capacity = 200;
+  StagingExtents extents(capacity);
+  std::vector<bool> taken(capacity, false);
+  std::vector<std::pair<int64_t, int64_t>> live;  // begin, tokens
+  for (int step = 0; step < 5000; ++step) {
+    if (!live.empty() && rng() % 3 == 0) {
+      const size_t i = rng() % live.size();
+      extents.free(live[i].first);
+      for (int64_t t = 0; t < live[i].second; ++t)
+        taken[live[i].first + t] = false;
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 60);
+      int64_t want = -1;  // the reference: lowest start of n free tokens
+      for (int64_t b = 0; b + n <= capacity && want < 0; ++b) {
+        bool free = true;
+        for (int64_t t = b; t < b + n && free; ++t)
+          free = !taken[t];
+        if (free) want = b;
+      }
+      const int64_t got = extents.allocate(n);
+      ASSERT_EQ(got, want) << "step " << step << ", " << n << " tokens";
+      if (got >= 0) {
+        for (int64_t t = 0; t < n; ++t)
+          taken[got + t] = true;
+        live.emplace_back(got, n);
+      }
+    }
+    const auto used = std::count(taken.begin(), taken.end(), true);
+    ASSERT_EQ(extents.used(), used) << "step " << step;
   }
 }
 

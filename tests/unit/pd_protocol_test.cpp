@@ -125,6 +125,46 @@ TEST(KvLayoutTest, EqualLayoutsPassAndEachMismatchIsNamed) {
   EXPECT_FALSE(check_compatible(layout(16, "bf16"), other).is_ok());
 }
 
+// Staging pairs: both sides must stage (one side alone is named with the flag); then page sizes
+// and slot rows play no part, and f32 / f16 / bf16 convert among themselves while fp8 stays fp8.
+TEST(KvLayoutTest, StagingPairsBridgeDtypesAndPageSizesAndNeedBothSides) {
+  auto staged = [](int32_t page_size, const std::string& dtype) {
+    KvLayout l = layout(page_size, dtype);
+    l.staging_bytes = 1 << 20;
+    l.buffer_offsets.clear();  // a staging side's pool is no peer's business
+    return l;
+  };
+  EXPECT_TRUE(check_compatible(staged(16, "f32"), staged(1, "bf16")).is_ok());
+  EXPECT_TRUE(check_compatible(staged(64, "bf16"), staged(16, "f16")).is_ok());
+  EXPECT_TRUE(check_compatible(staged(16, "fp8_e4m3"), staged(16, "fp8_e4m3")).is_ok());
+  const Status fp8 = check_compatible(staged(16, "bf16"), staged(16, "fp8_e4m3"));
+  ASSERT_FALSE(fp8.is_ok());
+  EXPECT_NE(fp8.message().find("KV dtype bf16 (prefill) cannot be converted to fp8_e4m3"),
+            std::string::npos)
+      << fp8.message();
+  for (const bool prefill_stages : {true, false}) {
+    const Status one = prefill_stages ? check_compatible(staged(16, "bf16"), layout(16, "bf16"))
+                                      : check_compatible(layout(16, "bf16"), staged(16, "bf16"));
+    ASSERT_FALSE(one.is_ok());
+    EXPECT_NE(one.message().find(prefill_stages ? "the prefill server moves KV through a staging"
+                                                : "the decode server moves KV through a staging"),
+              std::string::npos)
+        << one.message();
+    EXPECT_NE(one.message().find("--disaggregation-staging-buffer-mb"), std::string::npos);
+  }
+  KvLayout heads = staged(16, "bf16");
+  heads.num_kv_heads = 8;
+  EXPECT_FALSE(check_compatible(staged(16, "bf16"), heads).is_ok());
+  // The layout as /disaggregation/bootstrap shows it (what the router checks) round-trips.
+  const Result<KvLayout> back = layout_from_json(layout_to_json(staged(64, "f16")));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value().staging_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(back.value().kv_dtype, "f16");
+  EXPECT_EQ(back.value().page_size, 64);
+  EXPECT_FALSE(layout_from_json(R"({"page_size": 16})").is_ok());
+  EXPECT_FALSE(layout_from_json("[").is_ok());
+}
+
 TEST(MessagesTest, EveryTypeRoundTrips) {
   Message reg;
   reg.type = MsgType::kRegister;
@@ -144,11 +184,15 @@ TEST(MessagesTest, EveryTypeRoundTrips) {
   meta.room = (uint64_t{1} << 62) + 12345;  // 63-bit rooms survive JSON
   meta.pages = {7, 8, 9, 3};
   meta.num_tokens = 55;
+  meta.staging_offset = (int64_t{1} << 40) + 3;
   const Message m = decode(encode(meta)).value();
   EXPECT_EQ(m.type, MsgType::kMeta);
   EXPECT_EQ(m.room, meta.room);
   EXPECT_EQ(m.pages, meta.pages);
   EXPECT_EQ(m.num_tokens, 55);
+  EXPECT_EQ(m.staging_offset, meta.staging_offset);
+  meta.staging_offset = -1;  // no staging
+  EXPECT_EQ(decode(encode(meta)).value().staging_offset, -1);
 
   Message done;
   done.type = MsgType::kDone;

@@ -219,6 +219,13 @@ static void add_disaggregation_options(CLI::App* cmd, ServeOptions& o) {
                   "Seconds of silence after which a peer is dead and its requests fail")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--disaggregation-staging-buffer-mb", d.staging_buffer_mb,
+                  "MiB of a staging buffer KV moves through (gather, one write, scatter), needed "
+                  "on both sides of a pair; lets the two sides' KV dtypes differ; 0: only where "
+                  "the backend cannot reach the pool (ucx with a GPU pool: 256 MiB of pinned host "
+                  "memory)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--disaggregation-ucx-transports", d.ucx_transports,
                   "UCX transports (UCX_TLS syntax, e.g. tcp or sm); default: UCX's choice");
   cmd->add_option("--disaggregation-test-fail-probability", d.faults.fail_probability,

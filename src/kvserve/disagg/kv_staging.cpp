@@ -11,9 +11,8 @@ uint64_t StagingFormat::token_bytes() const {
          static_cast<uint64_t>(head_dim) * dtype_size(dtype);
 }
 
-Result<std::unique_ptr<KvStager>> KvStager::create(mem::MHATokenToKVPool& pool,
-                                                   const StagingFormat& format, int32_t head_begin,
-                                                   int64_t max_tokens, StagingMemory memory) {
+Status KvStager::check(const mem::MHATokenToKVPool& pool, const StagingFormat& format,
+                       int32_t head_begin, int64_t max_tokens) {
   const mem::KvPoolConfig& c = pool.config();
   if (format.num_layers != c.num_layers || format.head_dim != c.head_dim) {
     return invalid_argument(
@@ -33,20 +32,56 @@ Result<std::unique_ptr<KvStager>> KvStager::create(mem::MHATokenToKVPool& pool,
   if (max_tokens <= 0 || max_tokens > (int64_t{1} << 31) - 1) {
     return invalid_argument("KV staging: {} tokens per chunk", max_tokens);
   }
+  return Status::ok();
+}
+
+Status KvStager::init_queue() {
+  platform::Platform& p = *platform_;
+  const size_t slots_bytes = static_cast<size_t>(max_tokens_) * sizeof(int32_t);
+  KV_ASSIGN_OR_RETURN(host_slots_, p.allocate_host(slots_bytes));
+  KV_ASSIGN_OR_RETURN(device_slots_, p.allocate_buffer(slots_bytes));
+  stream_ = p.create_stream();
+  done_ = p.create_event();
+  return Status::ok();
+}
+
+Result<std::unique_ptr<KvStager>> KvStager::create(mem::MHATokenToKVPool& pool,
+                                                   const StagingFormat& format, int32_t head_begin,
+                                                   int64_t max_tokens, StagingMemory memory) {
+  KV_RETURN_IF_ERROR(check(pool, format, head_begin, max_tokens));
   std::unique_ptr<KvStager> s(new KvStager(pool, format, head_begin, max_tokens, memory));
   platform::Platform& p = *s->platform_;
+  s->staging_bytes_ = format.bytes(max_tokens);
   if (memory == StagingMemory::kPinnedHost || p.device().is_cpu()) {
-    KV_ASSIGN_OR_RETURN(s->staging_, p.allocate_host(s->staging_bytes()));
+    KV_ASSIGN_OR_RETURN(s->staging_, p.allocate_host(s->staging_bytes_));
   } else {
-    KV_ASSIGN_OR_RETURN(s->device_staging_, p.allocate_buffer(s->staging_bytes()));
+    KV_ASSIGN_OR_RETURN(s->device_staging_, p.allocate_buffer(s->staging_bytes_));
     s->staging_ = s->device_staging_.data();
+    s->staging_on_device_ = true;
   }
-  KV_ASSIGN_OR_RETURN(s->host_slots_,
-                      p.allocate_host(static_cast<size_t>(max_tokens) * sizeof(int32_t)));
-  KV_ASSIGN_OR_RETURN(s->device_slots_,
-                      p.allocate_buffer(static_cast<size_t>(max_tokens) * sizeof(int32_t)));
-  s->stream_ = p.create_stream();
-  s->done_ = p.create_event();
+  KV_RETURN_IF_ERROR(s->init_queue());
+  return s;
+}
+
+Result<std::unique_ptr<KvStager>> KvStager::create(mem::MHATokenToKVPool& pool,
+                                                   const StagingFormat& format, int32_t head_begin,
+                                                   int64_t max_tokens,
+                                                   const StagingRegion& region) {
+  KV_RETURN_IF_ERROR(check(pool, format, head_begin, max_tokens));
+  if (region.base == nullptr || region.bytes == 0) {
+    return invalid_argument("KV staging: an empty staging region");
+  }
+  if (region.device && pool.platform().device().is_cpu()) {
+    return invalid_argument("KV staging: a device staging region for a CPU pool");
+  }
+  std::unique_ptr<KvStager> s(
+      new KvStager(pool, format, head_begin, max_tokens,
+                   region.device ? StagingMemory::kDevice : StagingMemory::kPinnedHost));
+  s->staging_ = region.base;
+  s->staging_bytes_ = region.bytes;
+  s->owned_ = false;
+  s->staging_on_device_ = region.device;
+  KV_RETURN_IF_ERROR(s->init_queue());
   return s;
 }
 
@@ -65,30 +100,36 @@ KvStager::~KvStager() {
   if (stream_.ptr != nullptr) platform_->destroy_stream(stream_);
   const size_t slots_bytes = static_cast<size_t>(max_tokens_) * sizeof(int32_t);
   if (host_slots_ != nullptr) platform_->deallocate_host(host_slots_, slots_bytes);
-  if (staging_ != nullptr && device_staging_.empty()) {
-    platform_->deallocate_host(staging_, staging_bytes());
+  if (owned_ && staging_ != nullptr && device_staging_.empty()) {
+    platform_->deallocate_host(staging_, staging_bytes_);
   }
 }
 
 Device KvStager::staging_device() const {
-  return device_staging_.empty() ? Device{} : platform_->device();
+  return staging_on_device_ ? platform_->device() : Device{};
 }
 
 Result<platform::EventHandle> KvStager::gather(std::span<const int32_t> slots,
-                                               platform::EventHandle after) {
-  return run(slots, after, /*scatter=*/false);
+                                               platform::EventHandle after, uint64_t offset) {
+  return run(slots, after, offset, /*scatter=*/false);
 }
 
 Result<platform::EventHandle> KvStager::scatter(std::span<const int32_t> slots,
-                                                platform::EventHandle after) {
-  return run(slots, after, /*scatter=*/true);
+                                                platform::EventHandle after, uint64_t offset) {
+  return run(slots, after, offset, /*scatter=*/true);
 }
 
 Result<platform::EventHandle> KvStager::run(std::span<const int32_t> slots,
-                                            platform::EventHandle after, bool scatter) {
+                                            platform::EventHandle after, uint64_t offset,
+                                            bool scatter) {
   if (static_cast<int64_t>(slots.size()) > max_tokens_) {
     return invalid_argument("KV staging: {} tokens in a chunk of at most {}", slots.size(),
                             max_tokens_);
+  }
+  const uint64_t chunk = format_.bytes(static_cast<int64_t>(slots.size()));
+  if (offset > staging_bytes_ || chunk > staging_bytes_ - offset) {
+    return invalid_argument("KV staging: {} bytes at offset {} outside the {}-byte region", chunk,
+                            offset, staging_bytes_);
   }
   const int64_t pool_slots = pool_->num_slots();
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -119,7 +160,7 @@ Result<platform::EventHandle> KvStager::run(std::span<const int32_t> slots,
   op.pool_dtype = c.dtype;
   op.head_begin = head_begin_;
   op.num_heads = format_.num_heads;
-  op.staging = staging_;
+  op.staging = static_cast<uint8_t*>(staging_) + offset;
   op.staging_dtype = format_.dtype;
   op.slots = device_slots_.data_as<const int32_t>();
   op.num_tokens = static_cast<int32_t>(slots.size());

@@ -22,6 +22,18 @@ constexpr auto kRegisterRetry = std::chrono::milliseconds(500);
 DecodeDisagg::DecodeDisagg(Scheduler& scheduler, DisaggContext context)
     : s_(scheduler), ctx_(std::move(context)) {
   stats_.mode = DisaggMode::kDecode;
+  if (ctx_.layout.staging_bytes > 0) {
+    // The prefill stages in this pool's format (it converts): this side only copies.
+    const mem::KvPoolConfig& c = ctx_.pool->config();
+    const disagg::StagingFormat format{c.num_layers, c.num_kv_heads, c.head_dim, c.dtype};
+    const auto capacity = static_cast<int64_t>(ctx_.staging.bytes / format.token_bytes());
+    extents_ = std::make_unique<disagg::StagingExtents>(capacity);
+    Result<std::unique_ptr<disagg::KvStager>> stager =
+        disagg::KvStager::create(*ctx_.pool, format, 0, capacity, ctx_.staging);
+    // Engine::init_staging sized the region for at least one token of this format.
+    KV_CHECK(stager.is_ok(), "decode staging: {}", stager.status().message());
+    stager_ = std::move(stager).value();
+  }
 }
 
 DecodeDisagg::~DecodeDisagg() = default;
@@ -88,6 +100,15 @@ double DecodeDisagg::reserved_tokens(double new_token_ratio) const {
 
 bool DecodeDisagg::try_preallocate(uint64_t id, Room& room) {
   Req& r = *room.req;
+  if (extents_ && r.input_len() > extents_->capacity()) {
+    end(id, room,
+        {FinishKind::kError, -1, "",
+         fmt::format("the prompt's {} tokens do not fit this decode server's staging buffer of {} "
+                     "tokens (--disaggregation-staging-buffer-mb)",
+                     r.input_len(), extents_->capacity())},
+        /*tell_prefill=*/true);
+    return true;
+  }
   const int32_t page = s_.kv_.shape().page_size;
   int32_t allocated_rooms = 0;
   for (const auto& [other, rm] : rooms_)
@@ -105,6 +126,10 @@ bool DecodeDisagg::try_preallocate(uint64_t id, Room& room) {
   const auto have =
       static_cast<double>(s_.kv_.allocator().available_size() + s_.cache_.evictable_size());
   if (have < need) return false;
+  if (extents_) {
+    room.staging_begin = extents_->allocate(r.input_len());
+    if (room.staging_begin < 0) return false;  // the staging buffer is full for now
+  }
   r.fill_ids = r.origin_input_ids;
   r.kv = mem::KvReqState{};
   r.kv.last_node = s_.cache_.match_prefix({}).last_node;
@@ -115,12 +140,17 @@ bool DecodeDisagg::try_preallocate(uint64_t id, Room& room) {
   if (!mem::alloc_for_extend(s_.memory_, std::span(&kv, 1), std::span(&len, 1), slots).is_ok()) {
     s_.cache_.dec_lock_ref(r.kv.last_node);
     r.kv = mem::KvReqState{};
+    if (room.staging_begin >= 0) extents_->free(room.staging_begin);
+    room.staging_begin = -1;
     return false;
   }
   pd::Message meta;
   meta.type = pd::MsgType::kMeta;
   meta.room = id;
   meta.num_tokens = len;
+  if (room.staging_begin >= 0) {
+    meta.staging_offset = static_cast<int64_t>(stager_->format().bytes(room.staging_begin));
+  }
   for (int32_t p = 0; p < mem::ceil_div(len, page); ++p)
     meta.pages.push_back(s_.kv_.req_to_token().at(r.kv.row, p * page) / page);
   room.allocated = true;
@@ -139,6 +169,14 @@ void DecodeDisagg::prebuilt(uint64_t id, Room& room, const pd::Message& done) {
                {FinishKind::kError, -1, "",
                 fmt::format("the prefill server sent token {} outside the vocabulary", done.token)},
                false);
+  }
+  if (room.staging_begin >= 0) {
+    if (const Status st = scatter_staged(room); !st.is_ok()) {
+      return end(id, room,
+                 {FinishKind::kError, -1, "",
+                  fmt::format("the staged KV could not be scattered: {}", st.message())},
+                 false);
+    }
   }
   room.poll.advance(pd::KvPoll::kSuccess);
   ++stats_.succeeded;
@@ -160,7 +198,23 @@ void DecodeDisagg::prebuilt(uint64_t id, Room& room, const pd::Message& done) {
   }
 }
 
+Status DecodeDisagg::scatter_staged(Room& room) {
+  const Req& r = *room.req;
+  std::vector<int32_t> slots(static_cast<size_t>(r.input_len()));
+  for (int32_t t = 0; t < r.input_len(); ++t)
+    slots[static_cast<size_t>(t)] = s_.kv_.req_to_token().at(r.kv.row, t);
+  KV_ASSIGN_OR_RETURN(const platform::EventHandle written,
+                      stager_->scatter(slots, {}, stager_->format().bytes(room.staging_begin)));
+  // The runner's stream does not wait on the stager's: the next forward reads these slots.
+  ctx_.pool->platform().synchronize_event(written);
+  extents_->free(room.staging_begin);
+  room.staging_begin = -1;
+  return Status::ok();
+}
+
 void DecodeDisagg::free_pages(Room& room) {
+  if (room.staging_begin >= 0) extents_->free(room.staging_begin);
+  room.staging_begin = -1;
   Req& r = *room.req;
   if (r.kv.row != mem::kNoRow) {
     mem::release_kv_cache(s_.memory_, r.kv, r.all_ids(), /*insert=*/false);
@@ -397,6 +451,10 @@ DisaggStats DecodeDisagg::stats() const {
     }
   }
   s.peers = static_cast<int32_t>(peers_.size());
+  if (extents_) {
+    s.staging_tokens = extents_->capacity();
+    s.staging_used_tokens = extents_->used();
+  }
   return s;
 }
 

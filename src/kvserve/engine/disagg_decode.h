@@ -22,6 +22,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "kvserve/disagg/kv_staging.h"
+#include "kvserve/disagg/staging_extents.h"
 #include "kvserve/engine/disagg_options.h"
 #include "kvserve/engine/req.h"
 #include "kvserve/pd/kv_poll.h"
@@ -54,6 +56,7 @@ class DecodeDisagg {
     Clock::time_point meta_at;
     bool draining = false;  // ended; the pages wait for the prefill's word (or its death)
     Clock::time_point drain_since;
+    int64_t staging_begin = -1;  // its extent of the staging region (staging pairs), in tokens
   };
   struct Peer {
     std::string host;
@@ -76,8 +79,11 @@ class DecodeDisagg {
   // The request ends for its client (error or abort); its pages drain when a write may be in
   // flight, or are freed now.
   void end(uint64_t id, Room& room, FinishReason finish, bool tell_prefill);
-  // No write can land any more: the pages go back (not cached).
+  // No write can land any more: the pages (and the staging extent) go back (not cached).
   void free_pages(Room& room);
+  // Staging pairs: the prompt's tokens from the room's staging extent into its slots (waited
+  // for: the next forward reads them); the extent goes back.
+  Status scatter_staged(Room& room);
   void peer_dead(const std::string& key, const std::string& why);
 
   Scheduler& s_;
@@ -85,6 +91,10 @@ class DecodeDisagg {
   std::unordered_map<uint64_t, Room> rooms_;
   std::deque<uint64_t> prealloc_;  // arrival order
   std::map<std::string, Peer> peers_;
+  // Staging (ctx_.layout.staging_bytes nonzero): the region's extents and the stager that
+  // scatters them into the pool, in this pool's own format.
+  std::unique_ptr<disagg::StagingExtents> extents_;
+  std::unique_ptr<disagg::KvStager> stager_;
   DisaggStats stats_;
 };
 

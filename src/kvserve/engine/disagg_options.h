@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "kvserve/core/status.h"
+#include "kvserve/disagg/kv_staging.h"
 #include "kvserve/disagg/kv_transport.h"
 #include "kvserve/engine/disagg_target.h"
 #include "kvserve/pd/channel.h"
@@ -43,13 +44,23 @@ struct DisaggOptions {
   disagg::TransportFaults faults;
   // UCX transports (UCX_TLS syntax), empty: UCX's choice.
   std::string ucx_transports;
+  // MiB of the staging buffer KV moves through (disagg/kv_staging.h; both sides of a pair need
+  // one). 0: none, unless the backend cannot reach the pool (ucx with a GPU pool), which takes
+  // kDefaultStagingBufferMb of pinned host memory.
+  double staging_buffer_mb = 0;
 };
+
+inline constexpr double kDefaultStagingBufferMb = 256;
 
 // What the scheduler's disaggregation queues need from the engine.
 struct DisaggContext {
   DisaggOptions options;
   disagg::KvTransport* transport = nullptr;
-  disagg::RegionDescriptor region;            // this side's registered KV pool
+  disagg::RegionDescriptor region;  // this side's registered region: the KV pool or its staging
+  // The staging buffer (layout.staging_bytes nonzero; the engine owns the memory) and the pool
+  // its stagers gather from and scatter into.
+  disagg::StagingRegion staging;
+  mem::MHATokenToKVPool* pool = nullptr;
   pd::KvLayout layout;                        // this side's
   std::unique_ptr<pd::ControlServer> server;  // prefill
   std::string id;                             // decode: its identity towards prefill servers
@@ -93,6 +104,11 @@ struct DisaggStats {
   double last_transfer_seconds = 0;
   double wait_seconds = 0;
   int64_t refused_peers = 0;  // handshakes refused (layout mismatch)
+  // Staging (layout.staging_bytes nonzero). Decode: the staging region's token capacity and the
+  // tokens its rooms hold now. Prefill: chunks gathered and written through it.
+  int64_t staging_tokens = 0;
+  int64_t staging_used_tokens = 0;
+  int64_t staged_chunks = 0;
 };
 
 }  // namespace kvserve::engine

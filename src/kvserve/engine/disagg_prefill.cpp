@@ -105,6 +105,10 @@ void PrefillDisagg::on_register(const std::string& from, const pd::Message& m) {
     peer = ctx_.transport->connect(region);
     if (!peer.is_ok()) ok = peer.status();
   }
+  if (ok.is_ok() && m.layout.staging_bytes > 0) {
+    Result<disagg::KvStager*> stager = stager_for(m.layout);
+    if (!stager.is_ok()) ok = stager.status();
+  }
   reply.ok = ok.is_ok();
   if (!ok.is_ok()) {
     reply.reason = ok.message();
@@ -134,6 +138,66 @@ void PrefillDisagg::on_meta(const std::string& from, const pd::Message& m) {
   room.have_meta = true;
   room.dst_pages = m.pages;
   room.num_tokens = m.num_tokens;
+  room.staging_offset = m.staging_offset;
+}
+
+Result<disagg::KvStager*> PrefillDisagg::stager_for(const pd::KvLayout& decode) {
+  if (auto it = stagers_.find(decode.kv_dtype); it != stagers_.end()) return it->second.get();
+  DType dtype{};
+  if (!parse_dtype(decode.kv_dtype, &dtype)) {
+    return invalid_argument("the decode server's KV dtype '{}' is unknown here", decode.kv_dtype);
+  }
+  const disagg::StagingFormat format{decode.num_layers, decode.num_kv_heads, decode.head_dim,
+                                     dtype};
+  const auto tokens = static_cast<int64_t>(ctx_.staging.bytes / format.token_bytes());
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<disagg::KvStager> stager,
+                      disagg::KvStager::create(*ctx_.pool, format, 0, tokens, ctx_.staging));
+  return (stagers_[decode.kv_dtype] = std::move(stager)).get();
+}
+
+void PrefillDisagg::pump_staging() {
+  while (!staging_busy_ && !staged_.empty()) {
+    Piece& piece = staged_.front();
+    const auto it = rooms_.find(piece.room);
+    if (it == rooms_.end() || it->second.ending || it->second.req == nullptr) {
+      staged_.pop_front();  // the room ended: its pieces are never sent
+      continue;
+    }
+    Room& room = it->second;
+    Req& r = *room.req;
+    const Peer& peer = peers_.at(room.peer);
+    Result<disagg::KvStager*> stager = stager_for(peer.layout);
+    const int32_t n = stager.is_ok() ? static_cast<int32_t>(std::min<int64_t>(
+                                           piece.end - piece.begin, stager.value()->max_tokens()))
+                                     : 0;
+    std::vector<int32_t> slots(static_cast<size_t>(n));
+    for (int32_t t = 0; t < n; ++t)
+      slots[static_cast<size_t>(t)] = s_.kv_.req_to_token().at(r.kv.row, piece.begin + t);
+    Result<platform::EventHandle> staged = stager.is_ok()
+                                               ? stager.value()->gather(slots)
+                                               : Result<platform::EventHandle>(stager.status());
+    const disagg::WriteOp op{0,
+                             static_cast<uint64_t>(room.staging_offset) +
+                                 (stager.is_ok() ? stager.value()->format().bytes(piece.begin) : 0),
+                             stager.is_ok() ? stager.value()->format().bytes(n) : 0};
+    Result<disagg::TransferId> posted =
+        staged.is_ok()
+            ? ctx_.transport->post(peer.transport_peer, std::span(&op, 1), staged.value())
+            : Result<disagg::TransferId>(staged.status());
+    if (!posted.is_ok()) {
+      ++stats_.transfer_failures;
+      staged_.pop_front();
+      fail(piece.room, room,
+           fmt::format("KV transfer could not start: {}", posted.status().message()));
+      continue;
+    }
+    room.transfers.push_back({posted.value(), Clock::now(), op.length, /*staged=*/true});
+    room.queued_tokens -= n;
+    piece.begin += n;
+    if (piece.begin == piece.end) staged_.pop_front();
+    ++stats_.staged_chunks;
+    staging_busy_ = true;
+  }
 }
 
 void PrefillDisagg::on_abort(const std::string& from, const pd::Message& m) {
@@ -221,6 +285,16 @@ void PrefillDisagg::abort(Req& r, const std::string& why, FinishKind kind) {
 void PrefillDisagg::push_kv(Room& room, Req& r, int32_t end_token, bool last) {
   const int32_t page = s_.kv_.shape().page_size;
   const Peer& peer = peers_.at(room.peer);
+  if (peer.layout.staging_bytes > 0) {
+    // Through the staging buffers: token-granular pieces, gathered one at a time.
+    if (end_token <= room.sent_tokens) return;
+    if (ctx_.kv_written) ctx_.kv_written();
+    staged_.push_back({r.disagg->room, room.sent_tokens, end_token});
+    room.queued_tokens += end_token - room.sent_tokens;
+    room.sent_tokens = end_token;
+    room.poll.advance(pd::KvPoll::kTransferring);
+    return;  // gathered from the next poll on (a failure there may end other rooms' requests)
+  }
   const int32_t dst_page = peer.layout.page_size;
   // Whole pages: a partial last page waits for the rest of the prompt. Slots: every position.
   if (page == dst_page && !last) end_token = end_token / page * page;
@@ -334,8 +408,11 @@ bool PrefillDisagg::poll() {
       const auto peer = peers_.find(room.peer);
       const int32_t dst_page =
           peer != peers_.end() ? peer->second.layout.page_size : s_.kv_.shape().page_size;
-      if (room.num_tokens != r.input_len() ||
-          static_cast<int64_t>(room.dst_pages.size()) != mem::ceil_div(r.input_len(), dst_page)) {
+      const bool staged = peer != peers_.end() && peer->second.layout.staging_bytes > 0;
+      if (staged && room.staging_offset < 0) {
+        fail(id, room, "the decode server sent no staging offset for a staging pair");
+      } else if (room.num_tokens != r.input_len() || static_cast<int64_t>(room.dst_pages.size()) !=
+                                                         mem::ceil_div(r.input_len(), dst_page)) {
         fail(id, room,
              fmt::format("the decode server pre-allocated {} tokens ({} pages) for a prompt of {} "
                          "tokens",
@@ -357,6 +434,7 @@ bool PrefillDisagg::poll() {
       }
       const double device = ctx_.transport->device_seconds(t->id);
       ctx_.transport->release(t->id);
+      if (t->staged) staging_busy_ = false;
       if (st == disagg::TransferStatus::kDone) {
         const double took = seconds(now - t->posted);
         if (device > 0) {
@@ -393,7 +471,8 @@ bool PrefillDisagg::poll() {
                          ctx_.options.transfer_timeout_s));
       }
     }
-    if (!room.ending && room.all_sent && room.transfers.empty() && room.req != nullptr) {
+    if (!room.ending && room.all_sent && room.transfers.empty() && room.queued_tokens == 0 &&
+        room.req != nullptr) {
       succeed(room);
       it = rooms_.erase(it);
       worked = true;
@@ -416,6 +495,10 @@ bool PrefillDisagg::poll() {
   }
   // Ended rooms are remembered a while, so late metadata for them is refused at once.
   std::erase_if(ended_, [&](const auto& e) { return now - e.second > 2 * bootstrap_timeout; });
+  if (!staging_busy_ && !staged_.empty()) {
+    pump_staging();
+    worked = true;
+  }
   return worked;
 }
 

@@ -16,11 +16,15 @@
 // sampled token on success, the error otherwise.
 #pragma once
 
+#include <deque>
+#include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "kvserve/disagg/kv_runs.h"
+#include "kvserve/disagg/kv_staging.h"
 #include "kvserve/engine/disagg_options.h"
 #include "kvserve/engine/req.h"
 #include "kvserve/pd/kv_poll.h"
@@ -58,6 +62,7 @@ class PrefillDisagg {
     disagg::TransferId id;
     Clock::time_point posted;
     uint64_t bytes = 0;
+    bool staged = false;  // reads the staging region (which is free again when it ends)
   };
   struct Room {
     Req* req = nullptr;  // null once the request ended (or before it arrived)
@@ -66,6 +71,8 @@ class PrefillDisagg {
     bool have_meta = false;
     std::vector<int32_t> dst_pages;
     int32_t num_tokens = 0;
+    int64_t staging_offset = -1;  // staging pairs: where the prompt goes in the decode's region
+    int32_t queued_tokens = 0;    // staging pairs: pushed, not yet gathered
     pd::KvPollState poll;
     Clock::time_point input_at;       // both the request and its pages are here (WaitingForInput)
     std::vector<Transfer> transfers;  // in progress
@@ -93,6 +100,12 @@ class PrefillDisagg {
   // partial page waits), else slot by slot (the decode side's page list times its page size),
   // merged into runs where both sides' slots continue.
   void push_kv(Room& room, Req& r, int32_t end_token, bool last);
+  // Staging pairs: the next queued piece (as many of its tokens as the staging region holds in
+  // the peer's format) is gathered and written, when no staged write is in flight.
+  void pump_staging();
+  // Staging pairs: this side's stager for a decode server's layout (one per KV dtype, all in the
+  // one staging region); kInvalidArgument when the pool cannot be staged in that format.
+  Result<disagg::KvStager*> stager_for(const pd::KvLayout& decode);
   // Ends the room's request (if alive) with an error and starts the room's ending.
   void fail(uint64_t room_id, Room& room, const std::string& why, bool ack = false);
   void succeed(Room& room);
@@ -107,6 +120,16 @@ class PrefillDisagg {
   std::unordered_map<std::string, Peer> peers_;
   // Rooms that ended before their decode half spoke: its metadata is answered with kFailed.
   std::unordered_map<uint64_t, Clock::time_point> ended_;
+  // Staging pairs: pieces of prompts (tokens [begin, end) of a room) waiting for the staging
+  // region, which holds one piece at a time, in push order.
+  struct Piece {
+    uint64_t room = 0;
+    int32_t begin = 0;
+    int32_t end = 0;
+  };
+  std::deque<Piece> staged_;
+  bool staging_busy_ = false;
+  std::map<std::string, std::unique_ptr<disagg::KvStager>> stagers_;  // by the decode's KV dtype
   DisaggStats stats_;
 };
 

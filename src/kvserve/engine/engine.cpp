@@ -157,7 +157,7 @@ Status Engine::init_disaggregation() {
   }
   transport_ = std::move(transport).value();
   // The whole pool is one allocation (all layers' K, then all layers' V): one registration.
-  const mem::MHATokenToKVPool& pool = runner_->kv_pool();
+  mem::MHATokenToKVPool& pool = runner_->kv_pool();
   const std::vector<mem::KvBufferInfo> buffers = pool.get_contiguous_buf_infos();
   auto* base = static_cast<uint8_t*>(buffers.front().ptr);
   uint64_t end = 0;
@@ -167,7 +167,16 @@ Status Engine::init_disaggregation() {
   }
   DisaggContext ctx;
   ctx.options = o;
-  KV_ASSIGN_OR_RETURN(ctx.region, transport_->register_region(base, end, pool.platform().device()));
+  ctx.pool = &pool;
+  KV_RETURN_IF_ERROR(init_staging(ctx));
+  if (ctx.staging.base != nullptr) {
+    KV_ASSIGN_OR_RETURN(ctx.region, transport_->register_region(
+                                        ctx.staging.base, ctx.staging.bytes,
+                                        ctx.staging.device ? pool.platform().device() : Device{}));
+  } else {
+    KV_ASSIGN_OR_RETURN(ctx.region,
+                        transport_->register_region(base, end, pool.platform().device()));
+  }
   ctx.transport = transport_.get();
   // A forward's KV writes are queued on the runner's stream (the platform's current one): a
   // transfer must not read the slots before they land.
@@ -184,6 +193,7 @@ Status Engine::init_disaggregation() {
   l.page_bytes = region.page_bytes;
   l.buffer_bytes = region.buffer_bytes;
   l.model = model_name();
+  l.staging_bytes = ctx.staging.bytes;
   disagg_layout_ = l;
   if (o.mode == DisaggMode::kPrefill) {
     KV_ASSIGN_OR_RETURN(ctx.server, pd::ControlServer::bind(o.bootstrap_bind, o.bootstrap_port));
@@ -196,6 +206,50 @@ Status Engine::init_disaggregation() {
     KV_LOG_INFO("disaggregation: decode server {}, {} transfers", ctx.id, transport_->name());
   }
   scheduler_->enable_disaggregation(std::move(ctx));
+  return Status::ok();
+}
+
+Status Engine::init_staging(DisaggContext& ctx) {
+  const DisaggOptions& o = ctx.options;
+  platform::Platform& p = ctx.pool->platform();
+  const bool gpu_pool = !p.device().is_cpu();
+  // UCX here reaches host memory only: a GPU pool travels through pinned host staging.
+  const bool must = o.transport == disagg::TransportKind::kUcx && gpu_pool;
+  const double mb =
+      o.staging_buffer_mb > 0 ? o.staging_buffer_mb : (must ? kDefaultStagingBufferMb : 0);
+  if (mb <= 0) return Status::ok();
+  const auto bytes = static_cast<uint64_t>(mb * 1048576.0);
+  const uint64_t token_bytes = 2ull * static_cast<uint64_t>(ctx.pool->config().num_layers) *
+                               static_cast<uint64_t>(ctx.pool->config().num_kv_heads) *
+                               static_cast<uint64_t>(ctx.pool->config().head_dim) *
+                               dtype_size(DType::kF32);  // the widest a peer may stage
+  if (bytes < token_bytes) {
+    return invalid_argument(
+        "--disaggregation-staging-buffer-mb {}: smaller than one token's KV ({} bytes in f32)", mb,
+        token_bytes);
+  }
+  ctx.staging.bytes = bytes;
+  ctx.staging.device = gpu_pool && o.transport != disagg::TransportKind::kUcx;
+  if (ctx.staging.device) {
+    Result<Buffer> b = p.allocate_buffer(bytes);
+    if (!b.is_ok()) {
+      return make_status(b.status().code(), "--disaggregation-staging-buffer-mb {}: {}", mb,
+                         b.status().message());
+    }
+    staging_device_ = std::move(b).value();
+    ctx.staging.base = staging_device_.data();
+  } else {
+    Result<void*> h = p.allocate_host(bytes);
+    if (!h.is_ok()) {
+      return make_status(h.status().code(), "--disaggregation-staging-buffer-mb {}: {}", mb,
+                         h.status().message());
+    }
+    staging_host_ = std::unique_ptr<void, std::function<void(void*)>>(
+        h.value(), [&p, bytes](void* ptr) { p.deallocate_host(ptr, bytes); });
+    ctx.staging.base = h.value();
+  }
+  KV_LOG_INFO("disaggregation: KV moves through a {} MiB staging buffer in {} memory", mb,
+              ctx.staging.device ? "device" : (gpu_pool ? "pinned host" : "host"));
   return Status::ok();
 }
 

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -121,6 +122,8 @@ class Engine {
   // The transport, the pool's registration and the control plane (create, for a disaggregated
   // server).
   Status init_disaggregation();
+  // The staging buffer, when options or the backend ask for one (ctx.staging).
+  Status init_staging(DisaggContext& ctx);
 
   EngineOptions options_;
   checkpoint::ModelConfig config_;
@@ -133,6 +136,10 @@ class Engine {
   int64_t encoder_reserved_ = 0;  // row positions its region takes (page / layout padding)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::ModelRunner> runner_;
+  // The disaggregation staging buffer (one of the two): outlives the transport and the
+  // scheduler's stagers.
+  Buffer staging_device_;
+  std::unique_ptr<void, std::function<void(void*)>> staging_host_;
   // Writes into runner_'s KV pool: destroyed before it, after the scheduler.
   std::unique_ptr<disagg::KvTransport> transport_;
   int32_t bootstrap_port_ = 0;

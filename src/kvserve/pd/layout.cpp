@@ -9,8 +9,25 @@ Status check_compatible(const KvLayout& prefill, const KvLayout& decode) {
   auto cmp = [&](const char* what, const auto& p, const auto& d) {
     if (p != d) bad.push_back(fmt::format("{} {} (prefill) vs {} (decode)", what, p, d));
   };
+  const bool staged = prefill.staging_bytes > 0 && decode.staging_bytes > 0;
   cmp("model", prefill.model, decode.model);
-  cmp("KV dtype", prefill.kv_dtype, decode.kv_dtype);
+  if (prefill.staging_bytes > 0 && decode.staging_bytes == 0) {
+    bad.push_back(
+        "the prefill server moves KV through a staging buffer and the decode server does not "
+        "(start both with --disaggregation-staging-buffer-mb)");
+  } else if (decode.staging_bytes > 0 && prefill.staging_bytes == 0) {
+    bad.push_back(
+        "the decode server moves KV through a staging buffer and the prefill server does not "
+        "(start both with --disaggregation-staging-buffer-mb)");
+  }
+  if (!staged) {
+    cmp("KV dtype", prefill.kv_dtype, decode.kv_dtype);
+  } else if (!staging_converts(prefill.kv_dtype, decode.kv_dtype)) {
+    bad.push_back(fmt::format(
+        "KV dtype {} (prefill) cannot be converted to {} (decode): fp8 KV travels only to fp8 of "
+        "the same kind",
+        prefill.kv_dtype, decode.kv_dtype));
+  }
   cmp("layers", prefill.num_layers, decode.num_layers);
   cmp("KV heads", prefill.num_kv_heads, decode.num_kv_heads);
   cmp("head dim", prefill.head_dim, decode.head_dim);
@@ -19,13 +36,14 @@ Status check_compatible(const KvLayout& prefill, const KvLayout& decode) {
     bad.push_back("tensor-parallel KV (TP size above 1) is not supported");
   }
   const auto buffers = static_cast<size_t>(2 * decode.num_layers);
-  if (decode.buffer_offsets.size() != buffers || prefill.buffer_offsets.size() != buffers) {
+  if (!staged &&
+      (decode.buffer_offsets.size() != buffers || prefill.buffer_offsets.size() != buffers)) {
     bad.push_back(fmt::format("{} buffer offsets (prefill) and {} (decode) for {} layers",
                               prefill.buffer_offsets.size(), decode.buffer_offsets.size(),
                               decode.num_layers));
   }
   // Page sizes may differ (the writes then address slots): a slot's row must be the same.
-  if (bad.empty() && prefill.slot_bytes() != decode.slot_bytes()) {
+  if (bad.empty() && !staged && prefill.slot_bytes() != decode.slot_bytes()) {
     bad.push_back(fmt::format("slot bytes {} (prefill) vs {} (decode)", prefill.slot_bytes(),
                               decode.slot_bytes()));
   }
@@ -40,6 +58,11 @@ Status check_compatible(const KvLayout& prefill, const KvLayout& decode) {
   return make_status(StatusCode::kInvalidArgument,
                      "the prefill and decode servers' KV layouts cannot be bridged: {}",
                      fmt::join(bad, "; "));
+}
+
+bool staging_converts(const std::string& from, const std::string& to) {
+  auto wide = [](const std::string& d) { return d == "f32" || d == "f16" || d == "bf16"; };
+  return from == to || (wide(from) && wide(to));
 }
 
 }  // namespace kvserve::pd

@@ -48,6 +48,7 @@ nlohmann::json layout_json(const KvLayout& l) {
           {"buffer_offsets", l.buffer_offsets},
           {"page_bytes", l.page_bytes},
           {"buffer_bytes", l.buffer_bytes},
+          {"staging_bytes", l.staging_bytes},
           {"model", l.model}};
 }
 
@@ -62,11 +63,26 @@ KvLayout layout_from(const nlohmann::json& j) {
   l.buffer_offsets = j.at("buffer_offsets").get<std::vector<uint64_t>>();
   l.page_bytes = j.at("page_bytes").get<uint64_t>();
   l.buffer_bytes = j.at("buffer_bytes").get<uint64_t>();
+  l.staging_bytes = j.at("staging_bytes").get<uint64_t>();
   l.model = j.at("model").get<std::string>();
   return l;
 }
 
 }  // namespace
+
+std::string layout_to_json(const KvLayout& layout) {
+  return layout_json(layout).dump();
+}
+
+Result<KvLayout> layout_from_json(std::string_view json) {
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument("KV layout: not a JSON object");
+  try {
+    return layout_from(j);
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument("KV layout: {}", e.what());
+  }
+}
 
 std::string_view msg_type_name(MsgType t) {
   return kNames.at(static_cast<size_t>(t));
@@ -90,6 +106,7 @@ std::string encode(const Message& m) {
     case MsgType::kMeta:
       j["pages"] = m.pages;
       j["num_tokens"] = m.num_tokens;
+      j["staging_offset"] = m.staging_offset;
       break;
     case MsgType::kDone:
       j["token"] = m.token;
@@ -138,6 +155,7 @@ Result<Message> decode(std::string_view bytes) {
       case MsgType::kMeta:
         m.pages = j.at("pages").get<std::vector<int32_t>>();
         m.num_tokens = j.at("num_tokens").get<int32_t>();
+        m.staging_offset = j.at("staging_offset").get<int64_t>();
         break;
       case MsgType::kDone:
         m.token = j.at("token").get<int32_t>();

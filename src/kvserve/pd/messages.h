@@ -4,6 +4,7 @@
 //   decode -> prefill   kRegister   its id, KV layout and transport region descriptor (once per
 //                                   peer and again after the peer was lost)
 //                       kMeta       a request's room and the destination pages it pre-allocated
+//                                   (and, between staging pairs, where in its staging region)
 //                       kAbort      give up a room; the prefill answers kAbortAck once none of
 //                                   its writes to that room can still land
 //                       kPing       heartbeat
@@ -56,12 +57,19 @@ struct Message {
   RegionInfo region;           // kRegister
   std::vector<int32_t> pages;  // kMeta: destination page ids, in row order
   int32_t num_tokens = 0;      // kMeta: the prompt's length the pages hold
-  int32_t token = -1;          // kDone
-  float logprob = 0;           // kDone
-  uint64_t seq = 0;            // kPing / kPong
+  // kMeta, between staging pairs (KvLayout::staging_bytes): the byte offset in the decode side's
+  // staging region where the prompt's tokens go, token-major (ops/kv_staging_params.h); -1: none.
+  int64_t staging_offset = -1;
+  int32_t token = -1;  // kDone
+  float logprob = 0;   // kDone
+  uint64_t seq = 0;    // kPing / kPong
 };
 
 std::string encode(const Message& m);
+// A layout as the messages carry it (one JSON object; the servers' /disaggregation/bootstrap shows
+// the same, which the router checks pairs with); the parse is strict (kInvalidArgument).
+std::string layout_to_json(const KvLayout& layout);
+Result<KvLayout> layout_from_json(std::string_view json);
 // kInvalidArgument naming what is wrong with a malformed message.
 Result<Message> decode(std::string_view bytes);
 

@@ -5,16 +5,12 @@
 #include <chrono>
 
 #include "kvserve/core/logging.h"
+#include "kvserve/pd/messages.h"
 
 namespace kvserve::router {
 namespace {
 
 using json = nlohmann::json;
-
-// The layout fields both sides must agree on (the KV is copied page for page, or slot for slot
-// when the page sizes differ).
-constexpr const char* kLayoutFields[] = {"model",        "kv_dtype", "num_layers",
-                                         "num_kv_heads", "head_dim", "tp_size"};
 
 Result<json> get_json(const std::string& url, const std::string& path, double timeout_s) {
   httplib::Client cli(url);
@@ -72,7 +68,12 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::create(const std::vector<std::st
                                   url, mode, role);
         }
         w->bootstrap_port = j.value("bootstrap_port", 0);
-        w->layout = j.value("layout", json::object());
+        Result<pd::KvLayout> layout = pd::layout_from_json(j.value("layout", json()).dump());
+        if (!layout.is_ok()) {
+          return invalid_argument("{} {}: its /disaggregation/bootstrap layout: {}", flag, url,
+                                  layout.status().message());
+        }
+        w->layout = std::move(layout).value();
         return w;
       }
       if (std::chrono::steady_clock::now() > deadline) {
@@ -93,17 +94,10 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::create(const std::vector<std::st
   // Every pair must be able to work: refuse now rather than fail (or hang) per request.
   for (const auto& p : pool->prefill_) {
     for (const auto& d : pool->decode_) {
-      std::vector<std::string> bad;
-      for (const char* f : kLayoutFields) {
-        if (p->layout.value(f, json()) != d->layout.value(f, json())) {
-          bad.push_back(fmt::format("{} {} (prefill) vs {} (decode)", f,
-                                    p->layout.value(f, json()).dump(),
-                                    d->layout.value(f, json()).dump()));
-        }
-      }
-      if (!bad.empty()) {
+      // The check each prefill server makes at a decode server's handshake.
+      if (const Status ok = pd::check_compatible(p->layout, d->layout); !ok.is_ok()) {
         return invalid_argument("prefill {} and decode {} cannot work together: {}", p->url, d->url,
-                                fmt::join(bad, "; "));
+                                ok.message());
       }
     }
   }
@@ -163,7 +157,7 @@ json WorkerPool::describe() const {
       out.push_back({{"url", w->url},
                      {"healthy", w->healthy.load()},
                      {"bootstrap_port", w->bootstrap_port},
-                     {"layout", w->layout}});
+                     {"layout", json::parse(pd::layout_to_json(w->layout))}});
     }
     return out;
   };

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvserve/core/status.h"
+#include "kvserve/pd/layout.h"
 
 namespace kvserve::router {
 
@@ -25,7 +26,7 @@ struct Worker {
   std::string url;             // "http://host:port"
   std::string host;            // for bootstrap_host
   int32_t bootstrap_port = 0;  // prefill servers
-  nlohmann::json layout;
+  pd::KvLayout layout;
   std::atomic<bool> healthy{true};
 };
 

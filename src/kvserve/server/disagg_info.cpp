@@ -1,5 +1,7 @@
 #include "kvserve/server/disagg_info.h"
 
+#include "kvserve/pd/messages.h"
+
 namespace kvserve::server {
 
 using ordered_json = nlohmann::ordered_json;
@@ -10,10 +12,7 @@ ordered_json disagg_bootstrap_json(const engine::Engine& engine) {
   const pd::KvLayout& l = engine.disagg_layout();
   j["bootstrap_port"] = engine.disagg_bootstrap_port();
   j["transfer_backend"] = disagg::transport_kind_name(engine.options().disagg.transport);
-  j["layout"] = {
-      {"model", l.model},           {"page_size", l.page_size},       {"kv_dtype", l.kv_dtype},
-      {"num_layers", l.num_layers}, {"num_kv_heads", l.num_kv_heads}, {"head_dim", l.head_dim},
-      {"tp_size", l.tp_size}};
+  j["layout"] = ordered_json::parse(pd::layout_to_json(l));
   return j;
 }
 
@@ -49,7 +48,10 @@ ordered_json disagg_stats_json(const engine::DisaggStats& s) {
           {"bootstrap_mean_s", per_success(s.bootstrap_seconds)},
           {"forward_mean_s", per_success(s.forward_seconds)},
           {"last_transfer_mean_s", per_success(s.last_transfer_seconds)},
-          {"wait_mean_s", per_success(s.wait_seconds)}};
+          {"wait_mean_s", per_success(s.wait_seconds)},
+          {"staging_tokens", s.staging_tokens},
+          {"staging_used_tokens", s.staging_used_tokens},
+          {"staged_chunks", s.staged_chunks}};
 }
 
 }  // namespace kvserve::server

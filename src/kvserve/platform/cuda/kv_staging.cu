@@ -38,8 +38,9 @@ __device__ __forceinline__ RowPointers row_pointers(const ops::KvStagingParams& 
   RowPointers r;
   r.pool_row =
       buffer + (static_cast<size_t>(slot) * p.pool_heads + p.head_begin) * p.head_dim * pool_elem;
-  r.staging_row = static_cast<uint8_t*>(p.staging) +
-                  (static_cast<size_t>(lv) * p.num_tokens + t) * row * staging_elem;
+  r.staging_row =
+      static_cast<uint8_t*>(p.staging) +
+      (static_cast<size_t>(t) * 2 * static_cast<size_t>(p.num_layers) + lv) * row * staging_elem;
   return r;
 }
 

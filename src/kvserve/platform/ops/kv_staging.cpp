@@ -41,13 +41,15 @@ void kv_staging(const KvStagingParams& p) {
   for (int32_t layer = 0; layer < p.num_layers; ++layer) {
     for (int32_t v = 0; v < 2; ++v) {
       auto* buffer = static_cast<uint8_t*>(p.pool) + (v * p.num_layers + layer) * p.buffer_stride;
-      auto* staged = static_cast<uint8_t*>(p.staging) +
-                     (static_cast<size_t>(layer * 2 + v) * p.num_tokens) * row * staging_elem;
+      const size_t lv = static_cast<size_t>(layer) * 2 + static_cast<size_t>(v);
       for (int32_t t = 0; t < p.num_tokens; ++t) {
         const int32_t slot = p.slots[t];
         KV_CHECK(slot >= 0 && slot < p.pool_slots, "kv_staging: slot {} of {}", slot, p.pool_slots);
         uint8_t* pool_row = buffer + static_cast<size_t>(slot) * pool_token_bytes + head_offset;
-        uint8_t* staging_row = staged + static_cast<size_t>(t) * row * staging_elem;
+        uint8_t* staging_row =
+            static_cast<uint8_t*>(p.staging) +
+            (static_cast<size_t>(t) * 2 * static_cast<size_t>(p.num_layers) + lv) * row *
+                staging_elem;
         if (p.pool_dtype == p.staging_dtype) {
           if (p.scatter) {
             std::memcpy(pool_row, staging_row, row * pool_elem);

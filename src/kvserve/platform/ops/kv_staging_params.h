@@ -5,13 +5,15 @@
 //
 // The pool: 2 * num_layers buffers, K of every layer then V of every layer
 // (MHATokenToKVPool), buffer b at pool + b * buffer_stride bytes, each [slots, pool_heads,
-// head_dim] of pool_dtype. The staging region: layer-major, then K before V, then token order,
-// then the head slice:
-//   staging[((layer * 2 + v) * num_tokens + t) * num_heads * head_dim + h * head_dim + d]
-// of staging_dtype, for pool heads [head_begin, head_begin + num_heads).
-//   gather  (scatter false): staging[layer, v, t, h, d] = pool[v * L + layer][slots[t], head_begin
-//   + h, d] scatter (scatter true):  pool[v * L + layer][slots[t], head_begin + h, d] =
-//   staging[layer, v, t, h, d]
+// head_dim] of pool_dtype. The staging region: token-major, then layer, then K before V, then
+// the head slice:
+//   staging[((t * num_layers + layer) * 2 + v) * num_heads * head_dim + h * head_dim + d]
+// of staging_dtype, for pool heads [head_begin, head_begin + num_heads). Token-major, so tokens
+// [a, b) of a prompt are one contiguous piece wherever the prompt is cut into chunks.
+//   gather  (scatter false): staging[t, layer, v, h, d] = pool[v * L + layer][slots[t],
+//                            head_begin + h, d]
+//   scatter (scatter true):  pool[v * L + layer][slots[t], head_begin + h, d] =
+//                            staging[t, layer, v, h, d]
 // Equal dtypes copy bytes (fp8 included); otherwise both are f32, f16 or bf16 and each element
 // goes through f32, rounded to nearest even once.
 #pragma once
