@@ -223,6 +223,52 @@ TEST(CudaIpcTransport, TwoProcessesEqualNaivePageCopyOnFragmentedPages) {
 // The staging gather / scatter on CUDA against the CPU op: page size 16 -> 1 and 64, staging in
 // device memory on one side and pinned host memory on the other; bf16 -> bf16 byte for byte and
 // f32 -> bf16 (the CPU op's rounding, which kv_staging_test checks against its own reference).
+// Writes longer than the transport's longest run (a staging piece is one write of up to the whole
+// buffer) are cut into runs that each land whole: in one process (its own descriptor is used by
+// address), a 5 MiB + 3 byte write and a 300 KiB one at odd offsets equal a host memmove of the
+// same bytes, and the bytes around them are untouched.
+TEST(CudaIpcTransport, LongWritesAreCutIntoRunsThatLandWhole) {
+  auto p = cuda_platform();
+  if (p == nullptr) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = 7100;
+  std::printf("long writes seed %llu\n", static_cast<unsigned long long>(seed));
+  const size_t bytes = size_t{16} << 20;
+  std::vector<uint8_t> src(bytes), dst(bytes);
+  fill_random(src.data(), bytes, seed);
+  fill_random(dst.data(), bytes, seed + 1);
+  Buffer dsrc = p->allocate_buffer(bytes).value();
+  Buffer ddst = p->allocate_buffer(bytes).value();
+  p->copy(dsrc.data(), src.data(), bytes, platform::CopyKind::kHostToDevice);
+  p->copy(ddst.data(), dst.data(), bytes, platform::CopyKind::kHostToDevice);
+  p->synchronize();
+  TransportOptions o;
+  o.kind = TransportKind::kCudaIpc;
+  o.platform = p.get();
+  auto sender = create_kv_transport(o).value();
+  auto receiver = create_kv_transport(o).value();
+  ASSERT_TRUE(sender->register_region(dsrc.data(), bytes, p->device()).is_ok());
+  const auto remote = receiver->register_region(ddst.data(), bytes, p->device());
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  const auto peer = sender->connect(*remote);
+  ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
+  const std::vector<WriteOp> ops = {{17, 8 * 1024 * 1024 + 5, (5u << 20) + 3},
+                                    {6 * 1024 * 1024 + 1, 101, 300 * 1024}};
+  const auto id = sender->post(*peer, ops);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  TransferStatus st = sender->poll(*id);
+  while (st == TransferStatus::kInProgress)
+    st = sender->poll(*id);
+  ASSERT_EQ(st, TransferStatus::kDone);
+  sender->release(*id);
+  std::vector<uint8_t> want = dst;
+  for (const WriteOp& op : ops)
+    std::memcpy(want.data() + op.dst_offset, src.data() + op.src_offset, op.length);
+  std::vector<uint8_t> got(bytes);
+  p->copy(got.data(), ddst.data(), bytes, platform::CopyKind::kDeviceToHost);
+  p->synchronize();
+  EXPECT_TRUE(got == want) << "the device region differs from the host reference";
+}
+
 TEST(KvStagingGpu, EqualsTheCpuOp) {
   auto cuda = cuda_platform();
   if (cuda == nullptr) GTEST_SKIP() << "no CUDA device";

@@ -185,12 +185,14 @@ TEST(MessagesTest, EveryTypeRoundTrips) {
   meta.pages = {7, 8, 9, 3};
   meta.num_tokens = 55;
   meta.staging_offset = (int64_t{1} << 40) + 3;
+  meta.staging_tokens = 512;
   const Message m = decode(encode(meta)).value();
   EXPECT_EQ(m.type, MsgType::kMeta);
   EXPECT_EQ(m.room, meta.room);
   EXPECT_EQ(m.pages, meta.pages);
   EXPECT_EQ(m.num_tokens, 55);
   EXPECT_EQ(m.staging_offset, meta.staging_offset);
+  EXPECT_EQ(m.staging_tokens, 512);
   meta.staging_offset = -1;  // no staging
   EXPECT_EQ(decode(encode(meta)).value().staging_offset, -1);
 
@@ -202,6 +204,25 @@ TEST(MessagesTest, EveryTypeRoundTrips) {
   const Message d = decode(encode(done)).value();
   EXPECT_EQ(d.token, 42);
   EXPECT_EQ(d.logprob, -0.125f);
+
+  Message staged;
+  staged.type = MsgType::kStaged;
+  staged.room = 6;
+  staged.begin = 1024;
+  staged.end = 1536;
+  const Message sg = decode(encode(staged)).value();
+  EXPECT_EQ(sg.type, MsgType::kStaged);
+  EXPECT_EQ(sg.begin, 1024);
+  EXPECT_EQ(sg.end, 1536);
+  Message credit;
+  credit.type = MsgType::kCredit;
+  credit.room = 6;
+  credit.end = 1536;
+  const Message cr = decode(encode(credit)).value();
+  EXPECT_EQ(cr.type, MsgType::kCredit);
+  EXPECT_EQ(cr.room, 6u);
+  EXPECT_EQ(cr.end, 1536);
+  EXPECT_FALSE(decode(R"({"type":"staged","room":1,"begin":0})").is_ok());  // no end
 
   for (MsgType t : {MsgType::kFailed, MsgType::kAbort}) {
     Message f;

@@ -35,6 +35,8 @@ using Clock = std::chrono::steady_clock;
 
 // blob: IPC handle (64) | offset (8) | exporting pid (8) | address in the exporting process (8)
 constexpr size_t kBlobBytes = 64 + 8 + 8 + 8;
+// The longest run one copy_runs block copies (page-16 runs of an 8B-shaped pool are 32 KiB).
+constexpr uint64_t kMaxRunBytes = uint64_t{256} << 10;
 
 class CudaIpcTransport final : public KvTransport {
  public:
@@ -144,23 +146,33 @@ class CudaIpcTransport final : public KvTransport {
     } else if (fault.kind == FaultDraw::Kind::kDrop) {
       t.dropped = true;
     } else {
-      KV_ASSIGN_OR_RETURN(t.runs, take_run_list(ops.size() * 3 * sizeof(uint64_t)));
+      // copy_runs gives each run one block: a long write (a staging piece is one write of up
+      // to the whole buffer) is cut into kMaxRunBytes runs, so it spreads over the SMs.
+      size_t num_runs = 0;
+      for (const WriteOp& op : ops)
+        num_runs += std::max<uint64_t>(1, (op.length + kMaxRunBytes - 1) / kMaxRunBytes);
+      KV_ASSIGN_OR_RETURN(t.runs, take_run_list(num_runs * 3 * sizeof(uint64_t)));
       auto* runs = static_cast<uint64_t*>(t.runs.host);
       for (const WriteOp& op : ops) {
-        *runs++ = op.src_offset;
-        *runs++ = op.dst_offset;
-        *runs++ = op.length;
+        uint64_t at = 0;
+        do {
+          const uint64_t n = std::min(op.length - at, kMaxRunBytes);
+          *runs++ = op.src_offset + at;
+          *runs++ = op.dst_offset + at;
+          *runs++ = n;
+          at += n;
+        } while (at < op.length);
       }
       if (ready.ptr != nullptr) platform_->stream_wait_event(stream_, ready);
       t.start = platform_->create_event();
       platform_->record_event(t.start, stream_);
-      platform_->copy(t.runs.device.data(), t.runs.host, ops.size() * 3 * sizeof(uint64_t),
+      platform_->copy(t.runs.device.data(), t.runs.host, num_runs * 3 * sizeof(uint64_t),
                       platform::CopyKind::kHostToDevice, stream_);
       ops::CopyRunsParams params;
       params.src = local_;
       params.dst = static_cast<uint8_t*>(it->second.mapped);
       params.runs = t.runs.device.data_as<const uint64_t>();
-      params.num_runs = static_cast<int32_t>(ops.size());
+      params.num_runs = static_cast<int32_t>(num_runs);
       ops::copy_runs(*platform_, params, stream_);
       t.done = platform_->create_event();
       platform_->record_event(t.done, stream_);

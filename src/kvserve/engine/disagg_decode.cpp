@@ -33,6 +33,8 @@ DecodeDisagg::DecodeDisagg(Scheduler& scheduler, DisaggContext context)
     // Engine::init_staging sized the region for at least one token of this format.
     KV_CHECK(stager.is_ok(), "decode staging: {}", stager.status().message());
     stager_ = std::move(stager).value();
+    // Several rooms share the buffer; a longer prompt passes through its extent in rounds.
+    max_extent_ = static_cast<int32_t>(std::clamp<int64_t>(capacity / 4, 1, 1 << 30));
   }
 }
 
@@ -100,15 +102,6 @@ double DecodeDisagg::reserved_tokens(double new_token_ratio) const {
 
 bool DecodeDisagg::try_preallocate(uint64_t id, Room& room) {
   Req& r = *room.req;
-  if (extents_ && r.input_len() > extents_->capacity()) {
-    end(id, room,
-        {FinishKind::kError, -1, "",
-         fmt::format("the prompt's {} tokens do not fit this decode server's staging buffer of {} "
-                     "tokens (--disaggregation-staging-buffer-mb)",
-                     r.input_len(), extents_->capacity())},
-        /*tell_prefill=*/true);
-    return true;
-  }
   const int32_t page = s_.kv_.shape().page_size;
   int32_t allocated_rooms = 0;
   for (const auto& [other, rm] : rooms_)
@@ -127,7 +120,8 @@ bool DecodeDisagg::try_preallocate(uint64_t id, Room& room) {
       static_cast<double>(s_.kv_.allocator().available_size() + s_.cache_.evictable_size());
   if (have < need) return false;
   if (extents_) {
-    room.staging_begin = extents_->allocate(r.input_len());
+    room.staging_len = std::min(r.input_len(), max_extent_);
+    room.staging_begin = extents_->allocate(room.staging_len);
     if (room.staging_begin < 0) return false;  // the staging buffer is full for now
   }
   r.fill_ids = r.origin_input_ids;
@@ -150,6 +144,7 @@ bool DecodeDisagg::try_preallocate(uint64_t id, Room& room) {
   meta.num_tokens = len;
   if (room.staging_begin >= 0) {
     meta.staging_offset = static_cast<int64_t>(stager_->format().bytes(room.staging_begin));
+    meta.staging_tokens = room.staging_len;
   }
   for (int32_t p = 0; p < mem::ceil_div(len, page); ++p)
     meta.pages.push_back(s_.kv_.req_to_token().at(r.kv.row, p * page) / page);
@@ -171,12 +166,16 @@ void DecodeDisagg::prebuilt(uint64_t id, Room& room, const pd::Message& done) {
                false);
   }
   if (room.staging_begin >= 0) {
-    if (const Status st = scatter_staged(room); !st.is_ok()) {
+    if (room.scattered != r.input_len()) {
       return end(id, room,
                  {FinishKind::kError, -1, "",
-                  fmt::format("the staged KV could not be scattered: {}", st.message())},
+                  fmt::format("the prefill server sent done after {} of the prompt's {} tokens "
+                              "were staged",
+                              room.scattered, r.input_len())},
                  false);
     }
+    extents_->free(room.staging_begin);
+    room.staging_begin = -1;
   }
   room.poll.advance(pd::KvPoll::kSuccess);
   ++stats_.succeeded;
@@ -198,17 +197,31 @@ void DecodeDisagg::prebuilt(uint64_t id, Room& room, const pd::Message& done) {
   }
 }
 
-Status DecodeDisagg::scatter_staged(Room& room) {
+Status DecodeDisagg::scatter_piece(uint64_t id, Room& room, int32_t begin, int32_t end) {
   const Req& r = *room.req;
-  std::vector<int32_t> slots(static_cast<size_t>(r.input_len()));
-  for (int32_t t = 0; t < r.input_len(); ++t)
-    slots[static_cast<size_t>(t)] = s_.kv_.req_to_token().at(r.kv.row, t);
-  KV_ASSIGN_OR_RETURN(const platform::EventHandle written,
-                      stager_->scatter(slots, {}, stager_->format().bytes(room.staging_begin)));
-  // The runner's stream does not wait on the stager's: the next forward reads these slots.
+  const int32_t at = room.staging_len > 0 ? begin % room.staging_len : 0;
+  if (begin != room.scattered || end <= begin || end > r.input_len() ||
+      at + (end - begin) > room.staging_len) {
+    return invalid_argument(
+        "staged tokens [{}, {}) do not follow the {} scattered of a {}-token prompt through a "
+        "{}-token extent",
+        begin, end, room.scattered, r.input_len(), room.staging_len);
+  }
+  std::vector<int32_t> slots(static_cast<size_t>(end - begin));
+  for (int32_t t = begin; t < end; ++t)
+    slots[static_cast<size_t>(t - begin)] = s_.kv_.req_to_token().at(r.kv.row, t);
+  KV_ASSIGN_OR_RETURN(
+      const platform::EventHandle written,
+      stager_->scatter(slots, {}, stager_->format().bytes(room.staging_begin + at)));
+  // The runner's stream does not wait on the stager's: a later forward reads these slots, and
+  // the prefill may overwrite the extent once it has the credit.
   ctx_.pool->platform().synchronize_event(written);
-  extents_->free(room.staging_begin);
-  room.staging_begin = -1;
+  room.scattered = end;
+  pd::Message credit;
+  credit.type = pd::MsgType::kCredit;
+  credit.room = id;
+  credit.end = end;
+  if (auto peer = peers_.find(room.peer); peer != peers_.end()) peer->second.client->send(credit);
   return Status::ok();
 }
 
@@ -283,6 +296,16 @@ void DecodeDisagg::on_message(const std::string& key, const pd::Message& m) {
   if (it == rooms_.end() || it->second.peer != key) return;  // a room that ended here
   Room& room = it->second;
   switch (m.type) {
+    case pd::MsgType::kStaged:
+      if (room.allocated && !room.draining && room.staging_begin >= 0) {
+        if (const Status st = scatter_piece(m.room, room, m.begin, m.end); !st.is_ok()) {
+          end(m.room, room,
+              {FinishKind::kError, -1, "",
+               fmt::format("the staged KV could not be scattered: {}", st.message())},
+              /*tell_prefill=*/true);
+        }
+      }
+      return;
     case pd::MsgType::kDone:
       if (room.draining) {
         free_pages(room);  // complete: nothing more can land

@@ -56,7 +56,11 @@ class DecodeDisagg {
     Clock::time_point meta_at;
     bool draining = false;  // ended; the pages wait for the prefill's word (or its death)
     Clock::time_point drain_since;
-    int64_t staging_begin = -1;  // its extent of the staging region (staging pairs), in tokens
+    // Staging pairs: its extent of the staging region (tokens [staging_begin, + staging_len)),
+    // a ring the prompt passes through in rounds, and the prompt's tokens scattered so far.
+    int64_t staging_begin = -1;
+    int32_t staging_len = 0;
+    int32_t scattered = 0;
   };
   struct Peer {
     std::string host;
@@ -81,9 +85,10 @@ class DecodeDisagg {
   void end(uint64_t id, Room& room, FinishReason finish, bool tell_prefill);
   // No write can land any more: the pages (and the staging extent) go back (not cached).
   void free_pages(Room& room);
-  // Staging pairs: the prompt's tokens from the room's staging extent into its slots (waited
-  // for: the next forward reads them); the extent goes back.
-  Status scatter_staged(Room& room);
+  // Staging pairs: the prompt's tokens [begin, end), staged at begin modulo the extent's length,
+  // into the request's slots (waited for: a later forward reads them), then kCredit frees their
+  // space for the prefill. Pieces come in order and never wrap around the extent.
+  Status scatter_piece(uint64_t id, Room& room, int32_t begin, int32_t end);
   void peer_dead(const std::string& key, const std::string& why);
 
   Scheduler& s_;
@@ -95,6 +100,7 @@ class DecodeDisagg {
   // scatters them into the pool, in this pool's own format.
   std::unique_ptr<disagg::StagingExtents> extents_;
   std::unique_ptr<disagg::KvStager> stager_;
+  int32_t max_extent_ = 0;  // a room's extent: its prompt or a quarter of the buffer, if shorter
   DisaggStats stats_;
 };
 

@@ -72,6 +72,13 @@ void PrefillDisagg::on_message(const std::string& from, const pd::Message& m) {
       return on_meta(from, m);
     case pd::MsgType::kAbort:
       return on_abort(from, m);
+    case pd::MsgType::kCredit: {
+      const auto it = rooms_.find(m.room);
+      if (it != rooms_.end() && it->second.peer == from) {
+        it->second.credited = std::max(it->second.credited, m.end);
+      }
+      return;
+    }
     case pd::MsgType::kPing: {
       pd::Message pong;
       pong.type = pd::MsgType::kPong;
@@ -139,6 +146,7 @@ void PrefillDisagg::on_meta(const std::string& from, const pd::Message& m) {
   room.dst_pages = m.pages;
   room.num_tokens = m.num_tokens;
   room.staging_offset = m.staging_offset;
+  room.staging_tokens = m.staging_tokens;
 }
 
 Result<disagg::KvStager*> PrefillDisagg::stager_for(const pd::KvLayout& decode) {
@@ -156,45 +164,54 @@ Result<disagg::KvStager*> PrefillDisagg::stager_for(const pd::KvLayout& decode) 
 }
 
 void PrefillDisagg::pump_staging() {
-  while (!staging_busy_ && !staged_.empty()) {
-    Piece& piece = staged_.front();
+  for (size_t i = 0; !staging_busy_ && i < staged_.size();) {
+    Piece& piece = staged_[i];
     const auto it = rooms_.find(piece.room);
     if (it == rooms_.end() || it->second.ending || it->second.req == nullptr) {
-      staged_.pop_front();  // the room ended: its pieces are never sent
+      staged_.erase(staged_.begin() + static_cast<std::ptrdiff_t>(i));  // never sent
       continue;
     }
     Room& room = it->second;
     Req& r = *room.req;
     const Peer& peer = peers_.at(room.peer);
     Result<disagg::KvStager*> stager = stager_for(peer.layout);
-    const int32_t n = stager.is_ok() ? static_cast<int32_t>(std::min<int64_t>(
-                                           piece.end - piece.begin, stager.value()->max_tokens()))
-                                     : 0;
+    if (!stager.is_ok()) {
+      staged_.erase(staged_.begin() + static_cast<std::ptrdiff_t>(i));
+      fail(piece.room, room, fmt::format("KV staging: {}", stager.status().message()));
+      continue;
+    }
+    disagg::KvStager& st = *stager.value();
+    // What the room's extent can take now: up to its credit, and not past the extent's end.
+    const int32_t at = piece.begin % room.staging_tokens;
+    const int64_t n = std::min<int64_t>({piece.end - piece.begin, st.max_tokens(),
+                                         room.credited + room.staging_tokens - piece.begin,
+                                         room.staging_tokens - at});
+    if (n <= 0) {
+      ++i;  // waits for the decode's credit; other rooms' pieces may go
+      continue;
+    }
     std::vector<int32_t> slots(static_cast<size_t>(n));
     for (int32_t t = 0; t < n; ++t)
       slots[static_cast<size_t>(t)] = s_.kv_.req_to_token().at(r.kv.row, piece.begin + t);
-    Result<platform::EventHandle> staged = stager.is_ok()
-                                               ? stager.value()->gather(slots)
-                                               : Result<platform::EventHandle>(stager.status());
-    const disagg::WriteOp op{0,
-                             static_cast<uint64_t>(room.staging_offset) +
-                                 (stager.is_ok() ? stager.value()->format().bytes(piece.begin) : 0),
-                             stager.is_ok() ? stager.value()->format().bytes(n) : 0};
+    const disagg::WriteOp op{0, static_cast<uint64_t>(room.staging_offset) + st.format().bytes(at),
+                             st.format().bytes(n)};
+    Result<platform::EventHandle> staged = st.gather(slots);
     Result<disagg::TransferId> posted =
         staged.is_ok()
             ? ctx_.transport->post(peer.transport_peer, std::span(&op, 1), staged.value())
             : Result<disagg::TransferId>(staged.status());
     if (!posted.is_ok()) {
       ++stats_.transfer_failures;
-      staged_.pop_front();
+      staged_.erase(staged_.begin() + static_cast<std::ptrdiff_t>(i));
       fail(piece.room, room,
            fmt::format("KV transfer could not start: {}", posted.status().message()));
       continue;
     }
-    room.transfers.push_back({posted.value(), Clock::now(), op.length, /*staged=*/true});
-    room.queued_tokens -= n;
-    piece.begin += n;
-    if (piece.begin == piece.end) staged_.pop_front();
+    room.transfers.push_back({posted.value(), Clock::now(), op.length, /*staged=*/true, piece.begin,
+                              piece.begin + static_cast<int32_t>(n)});
+    room.queued_tokens -= static_cast<int32_t>(n);
+    piece.begin += static_cast<int32_t>(n);
+    if (piece.begin == piece.end) staged_.erase(staged_.begin() + static_cast<std::ptrdiff_t>(i));
     ++stats_.staged_chunks;
     staging_busy_ = true;
   }
@@ -409,8 +426,8 @@ bool PrefillDisagg::poll() {
       const int32_t dst_page =
           peer != peers_.end() ? peer->second.layout.page_size : s_.kv_.shape().page_size;
       const bool staged = peer != peers_.end() && peer->second.layout.staging_bytes > 0;
-      if (staged && room.staging_offset < 0) {
-        fail(id, room, "the decode server sent no staging offset for a staging pair");
+      if (staged && (room.staging_offset < 0 || room.staging_tokens <= 0)) {
+        fail(id, room, "the decode server sent no staging extent for a staging pair");
       } else if (room.num_tokens != r.input_len() || static_cast<int64_t>(room.dst_pages.size()) !=
                                                          mem::ceil_div(r.input_len(), dst_page)) {
         fail(id, room,
@@ -434,7 +451,17 @@ bool PrefillDisagg::poll() {
       }
       const double device = ctx_.transport->device_seconds(t->id);
       ctx_.transport->release(t->id);
-      if (t->staged) staging_busy_ = false;
+      if (t->staged) {
+        staging_busy_ = false;
+        if (st == disagg::TransferStatus::kDone && !room.ending) {
+          pd::Message staged;  // the decode scatters these tokens and credits their space
+          staged.type = pd::MsgType::kStaged;
+          staged.room = id;
+          staged.begin = t->begin;
+          staged.end = t->end;
+          send(room.peer, staged);
+        }
+      }
       if (st == disagg::TransferStatus::kDone) {
         const double took = seconds(now - t->posted);
         if (device > 0) {
@@ -496,8 +523,10 @@ bool PrefillDisagg::poll() {
   // Ended rooms are remembered a while, so late metadata for them is refused at once.
   std::erase_if(ended_, [&](const auto& e) { return now - e.second > 2 * bootstrap_timeout; });
   if (!staging_busy_ && !staged_.empty()) {
+    const size_t before = staged_.size();
+    const int64_t chunks = stats_.staged_chunks;
     pump_staging();
-    worked = true;
+    worked = worked || staged_.size() != before || stats_.staged_chunks != chunks;
   }
   return worked;
 }

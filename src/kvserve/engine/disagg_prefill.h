@@ -63,6 +63,8 @@ class PrefillDisagg {
     Clock::time_point posted;
     uint64_t bytes = 0;
     bool staged = false;  // reads the staging region (which is free again when it ends)
+    int32_t begin = 0;    // staged: the prompt's tokens it carries
+    int32_t end = 0;
   };
   struct Room {
     Req* req = nullptr;  // null once the request ended (or before it arrived)
@@ -71,8 +73,13 @@ class PrefillDisagg {
     bool have_meta = false;
     std::vector<int32_t> dst_pages;
     int32_t num_tokens = 0;
-    int64_t staging_offset = -1;  // staging pairs: where the prompt goes in the decode's region
-    int32_t queued_tokens = 0;    // staging pairs: pushed, not yet gathered
+    // Staging pairs: the room's extent of the decode's staging region (byte offset, tokens), a
+    // ring the prompt passes through: tokens [credited, credited + staging_tokens) may be
+    // written, at their position modulo staging_tokens.
+    int64_t staging_offset = -1;
+    int32_t staging_tokens = 0;
+    int32_t credited = 0;
+    int32_t queued_tokens = 0;  // pushed, not yet gathered
     pd::KvPollState poll;
     Clock::time_point input_at;       // both the request and its pages are here (WaitingForInput)
     std::vector<Transfer> transfers;  // in progress
@@ -100,8 +107,9 @@ class PrefillDisagg {
   // partial page waits), else slot by slot (the decode side's page list times its page size),
   // merged into runs where both sides' slots continue.
   void push_kv(Room& room, Req& r, int32_t end_token, bool last);
-  // Staging pairs: the next queued piece (as many of its tokens as the staging region holds in
-  // the peer's format) is gathered and written, when no staged write is in flight.
+  // Staging pairs: when no staged write is in flight, the first queued piece whose room has
+  // room in its extent (as many tokens as that, the staging region in the peer's format and the
+  // extent's end allow) is gathered and written.
   void pump_staging();
   // Staging pairs: this side's stager for a decode server's layout (one per KV dtype, all in the
   // one staging region); kInvalidArgument when the pool cannot be staged in that format.

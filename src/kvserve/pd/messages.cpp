@@ -7,8 +7,9 @@
 namespace kvserve::pd {
 namespace {
 
-constexpr std::array<std::string_view, 9> kNames = {
-    "register", "registered", "meta", "done", "failed", "abort", "abort_ack", "ping", "pong"};
+constexpr std::array<std::string_view, 11> kNames = {"register", "registered", "meta",      "done",
+                                                     "failed",   "abort",      "abort_ack", "ping",
+                                                     "pong",     "staged",     "credit"};
 
 std::string to_hex(std::string_view bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -107,6 +108,14 @@ std::string encode(const Message& m) {
       j["pages"] = m.pages;
       j["num_tokens"] = m.num_tokens;
       j["staging_offset"] = m.staging_offset;
+      j["staging_tokens"] = m.staging_tokens;
+      break;
+    case MsgType::kStaged:
+      j["begin"] = m.begin;
+      j["end"] = m.end;
+      break;
+    case MsgType::kCredit:
+      j["end"] = m.end;
       break;
     case MsgType::kDone:
       j["token"] = m.token;
@@ -156,6 +165,14 @@ Result<Message> decode(std::string_view bytes) {
         m.pages = j.at("pages").get<std::vector<int32_t>>();
         m.num_tokens = j.at("num_tokens").get<int32_t>();
         m.staging_offset = j.at("staging_offset").get<int64_t>();
+        m.staging_tokens = j.at("staging_tokens").get<int32_t>();
+        break;
+      case MsgType::kStaged:
+        m.begin = j.at("begin").get<int32_t>();
+        m.end = j.at("end").get<int32_t>();
+        break;
+      case MsgType::kCredit:
+        m.end = j.at("end").get<int32_t>();
         break;
       case MsgType::kDone:
         m.token = j.at("token").get<int32_t>();

@@ -8,7 +8,11 @@
 //                       kAbort      give up a room; the prefill answers kAbortAck once none of
 //                                   its writes to that room can still land
 //                       kPing       heartbeat
+//                       kCredit     staging pairs: the room's tokens [0, end) are scattered out of
+//                                   its staging extent, whose space the prefill may write again
 //   prefill -> decode   kRegistered the handshake's answer: accepted, or refused with a reason
+//                       kStaged     staging pairs: tokens [begin, end) of the room's prompt are in
+//                                   its staging extent (at begin modulo the extent's length)
 //                       kDone       every write of the room is visible at the decode side; carries
 //                                   the first sampled token and its logprob (the auxiliary data)
 //                       kFailed     the room failed at the prefill; no write of it is in flight
@@ -35,6 +39,8 @@ enum class MsgType : int8_t {
   kAbortAck,
   kPing,
   kPong,
+  kStaged,
+  kCredit,
 };
 
 std::string_view msg_type_name(MsgType t);
@@ -58,11 +64,14 @@ struct Message {
   std::vector<int32_t> pages;  // kMeta: destination page ids, in row order
   int32_t num_tokens = 0;      // kMeta: the prompt's length the pages hold
   // kMeta, between staging pairs (KvLayout::staging_bytes): the byte offset in the decode side's
-  // staging region where the prompt's tokens go, token-major (ops/kv_staging_params.h); -1: none.
+  // staging region of the room's extent, token-major (ops/kv_staging_params.h); -1: none.
   int64_t staging_offset = -1;
-  int32_t token = -1;  // kDone
-  float logprob = 0;   // kDone
-  uint64_t seq = 0;    // kPing / kPong
+  int32_t staging_tokens = 0;  // kMeta (staging pairs): the extent's length in tokens
+  int32_t begin = 0;           // kStaged
+  int32_t end = 0;             // kStaged, kCredit
+  int32_t token = -1;          // kDone
+  float logprob = 0;           // kDone
+  uint64_t seq = 0;            // kPing / kPong
 };
 
 std::string encode(const Message& m);
