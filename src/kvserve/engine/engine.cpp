@@ -52,7 +52,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     return invalid_argument("--max-prefill-tokens must be positive, got {}",
                             options.scheduler.max_prefill_tokens);
   }
-  KV_ASSIGN_OR_RETURN(e->runner_, model::ModelRunner::create(options.model_path, options.runner));
+  model::ModelRunnerOptions runner_options = options.runner;
+  runner_options.reserved_device_bytes = device_staging_bytes(options);
+  KV_ASSIGN_OR_RETURN(e->runner_, model::ModelRunner::create(options.model_path, runner_options));
   e->config_ = e->runner_->config();
   KV_ASSIGN_OR_RETURN(e->generation_config_,
                       checkpoint::load_generation_config(options.model_path));
@@ -209,14 +211,34 @@ Status Engine::init_disaggregation() {
   return Status::ok();
 }
 
+namespace {
+
+// The staging buffer's MiB (0: none): the flag, or the default where the backend cannot reach a
+// GPU pool (UCX here reaches host memory only: a GPU pool travels through pinned host staging).
+double staging_mb(const DisaggOptions& o, bool gpu_pool) {
+  if (o.mode == DisaggMode::kNone) return 0;
+  const bool must = o.transport == disagg::TransportKind::kUcx && gpu_pool;
+  return o.staging_buffer_mb > 0 ? o.staging_buffer_mb : (must ? kDefaultStagingBufferMb : 0);
+}
+
+// Device memory for staging: a GPU pool with a backend that reaches device memory.
+bool staging_on_device(const DisaggOptions& o, bool gpu_pool) {
+  return gpu_pool && o.transport != disagg::TransportKind::kUcx;
+}
+
+}  // namespace
+
+size_t Engine::device_staging_bytes(const EngineOptions& options) {
+  const bool gpu = !options.runner.device.is_cpu();
+  if (!staging_on_device(options.disagg, gpu)) return 0;
+  return static_cast<size_t>(staging_mb(options.disagg, gpu) * 1048576.0);
+}
+
 Status Engine::init_staging(DisaggContext& ctx) {
   const DisaggOptions& o = ctx.options;
   platform::Platform& p = ctx.pool->platform();
   const bool gpu_pool = !p.device().is_cpu();
-  // UCX here reaches host memory only: a GPU pool travels through pinned host staging.
-  const bool must = o.transport == disagg::TransportKind::kUcx && gpu_pool;
-  const double mb =
-      o.staging_buffer_mb > 0 ? o.staging_buffer_mb : (must ? kDefaultStagingBufferMb : 0);
+  const double mb = staging_mb(o, gpu_pool);
   if (mb <= 0) return Status::ok();
   const auto bytes = static_cast<uint64_t>(mb * 1048576.0);
   const uint64_t token_bytes = 2ull * static_cast<uint64_t>(ctx.pool->config().num_layers) *
@@ -229,7 +251,7 @@ Status Engine::init_staging(DisaggContext& ctx) {
         token_bytes);
   }
   ctx.staging.bytes = bytes;
-  ctx.staging.device = gpu_pool && o.transport != disagg::TransportKind::kUcx;
+  ctx.staging.device = staging_on_device(o, gpu_pool);  // the runner left it room in its pool
   if (ctx.staging.device) {
     Result<Buffer> b = p.allocate_buffer(bytes);
     if (!b.is_ok()) {

@@ -124,6 +124,8 @@ class Engine {
   Status init_disaggregation();
   // The staging buffer, when options or the backend ask for one (ctx.staging).
   Status init_staging(DisaggContext& ctx);
+  // The device memory the staging buffer will take from the runner's pool (0: none or host).
+  static size_t device_staging_bytes(const EngineOptions& options);
 
   EngineOptions options_;
   checkpoint::ModelConfig config_;

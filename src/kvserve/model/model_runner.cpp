@@ -50,7 +50,9 @@ int64_t kv_tokens(platform::Platform& platform, const ModelRunnerOptions& o,
   const double fraction = o.mem_fraction_static > 0 ? o.mem_fraction_static
                           : on_cpu                  ? kCpuDefaultMemFraction
                                                     : kGpuDefaultMemFraction;
-  size_t budget = static_cast<size_t>(platform.memory_info().free_bytes * fraction);
+  size_t free = platform.memory_info().free_bytes;
+  if (!on_cpu) free -= std::min(free, o.reserved_device_bytes);
+  size_t budget = static_cast<size_t>(static_cast<double>(free) * fraction);
   if (o.mem_fraction_static == 0 && on_cpu) budget = std::min(budget, kCpuDefaultKvCap);
   return std::min<int64_t>(static_cast<int64_t>(budget / pool.bytes_per_token()), cap_tokens);
 }

@@ -68,6 +68,10 @@ struct ModelRunnerOptions {
   // the pool has left after the weights. Tests that hold several CUDA runners at once, or share
   // the GPU with other test processes, set reserve = false or a fixed size.
   platform::DevicePoolOptions device_pool;
+  // Device platforms: bytes of the pool another component takes after the runner (the
+  // disaggregation staging buffer), kept out of the share the KV cache is sized from so that
+  // activations keep their room.
+  size_t reserved_device_bytes = 0;
   // Tests only: fault injection on this runner's device-buffer allocations (installed on its
   // platform at creation; platform/allocation_faults.h). Null in production.
   std::shared_ptr<platform::AllocationFaults> allocation_faults;
