@@ -74,7 +74,11 @@ TEST(DisaggFailuresTest, AnUnbridgeableLayoutIsRefusedAtTheHandshakeNotHung) {
             std::string::npos)
       << out.all.finish.message;
   EXPECT_LT(out.seconds, 1.0);
-  EXPECT_EQ(prefill->status().disagg.refused_peers, 1);
+  // The prefill publishes its counters after the step that sent the refusal: the decode side may
+  // hear first.
+  EXPECT_TRUE(
+      wait_for(*prefill, 2, [](const EngineStatus& s) { return s.disagg.refused_peers == 1; }))
+      << "refused peers: " << prefill->status().disagg.refused_peers;
   EXPECT_TRUE(wait_idle(*decode, 2));
   EXPECT_TRUE(wait_idle(*prefill, 2));
 }
