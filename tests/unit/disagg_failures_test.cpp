@@ -241,56 +241,23 @@ TEST(DisaggFailuresTest, BootstrapTimeoutEndsBothKindsOfOrphans) {
   EXPECT_TRUE(wait_idle(*prefill, 2));
 }
 
-TEST(DisaggFailuresTest, InjectedFailuresEndEveryRequestAndTheRestAnswerRight) {
+// Eight requests through a pair whose transport fails a share of the posted transfers (staging
+// buffers of the given sizes, 0: direct writes): every request ends, those that answer equal a
+// single server, each failed one cost exactly one failed transfer (its first ends it), and both
+// servers go back to idle (staging extents included).
+void expect_injected_failures_end_every_request(double fail_probability, uint64_t seed,
+                                                double prefill_staging_mb,
+                                                double decode_staging_mb) {
   disagg::TransportFaults faults;
-  faults.fail_probability = 0.5;
-  faults.seed = 11;
+  faults.fail_probability = fail_probability;
+  faults.seed = seed;
   auto single = make(options(DisaggMode::kNone, kPage1));
   // Timeouts long enough that, on a loaded machine, only the injected faults fail requests.
   EngineOptions p = fast(DisaggMode::kPrefill, faults, /*timeout_s=*/30);
   EngineOptions d = fast(DisaggMode::kDecode, {}, /*timeout_s=*/30);
   p.disagg.heartbeat_timeout_s = d.disagg.heartbeat_timeout_s = 10;
-  auto prefill = make(p);
-  auto decode = make(d);
-  ASSERT_TRUE(single && prefill && decode);
-  std::vector<SubmitRequest> reqs;
-  std::vector<std::vector<int32_t>> want;
-  std::vector<Pair> pairs;
-  for (int i = 0; i < 8; ++i) {
-    reqs.push_back(request(*single, fmt::format("Story {}: once upon a time", i), 6));
-    want.push_back(collect(*submit(*single, reqs.back())).all.token_ids);
-    pairs.push_back(submit_pair(*prefill, *decode, reqs.back()));
-  }
-  int errors = 0;
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    const Outcome out = collect(*pairs[i].decode, milliseconds(30000));
-    ASSERT_TRUE(out.all.finished) << i;
-    if (out.all.finish.kind == FinishKind::kError) {
-      ++errors;
-    } else {
-      EXPECT_EQ(out.all.token_ids, want[i]) << i;
-    }
-    collect(*pairs[i].prefill, milliseconds(30000));
-  }
-  EXPECT_GT(errors, 0);
-  EXPECT_LT(errors, 8);
-  EXPECT_EQ(prefill->status().disagg.transfer_failures, errors);
-  EXPECT_TRUE(wait_idle(*decode, 3));
-  EXPECT_TRUE(wait_idle(*prefill, 3));
-}
-
-// Injected failures through the staging buffers: every request ends, the rest answer right, and
-// the decode side's staging extents all come back (wait_idle checks them).
-TEST(DisaggFailuresTest, InjectedFailuresThroughStagingEndEveryRequest) {
-  disagg::TransportFaults faults;
-  faults.fail_probability = 0.3;
-  faults.seed = 12;
-  auto single = make(options(DisaggMode::kNone, kPage1));
-  EngineOptions p = fast(DisaggMode::kPrefill, faults, /*timeout_s=*/30);
-  EngineOptions d = fast(DisaggMode::kDecode, {}, /*timeout_s=*/30);
-  p.disagg.heartbeat_timeout_s = d.disagg.heartbeat_timeout_s = 10;
-  p.disagg.staging_buffer_mb = staging_mb(5);  // two to three pieces per prompt
-  d.disagg.staging_buffer_mb = staging_mb(64);
+  p.disagg.staging_buffer_mb = prefill_staging_mb;
+  d.disagg.staging_buffer_mb = decode_staging_mb;
   auto prefill = make(p);
   auto decode = make(d);
   ASSERT_TRUE(single && prefill && decode);
@@ -314,8 +281,22 @@ TEST(DisaggFailuresTest, InjectedFailuresThroughStagingEndEveryRequest) {
   }
   EXPECT_GT(errors, 0);
   EXPECT_LT(errors, 8);
+  EXPECT_TRUE(wait_for(*prefill, 3,
+                       [&](const EngineStatus& s) { return s.disagg.transfer_failures == errors; }))
+      << "transfer failures " << prefill->status().disagg.transfer_failures << ", errors "
+      << errors;
   EXPECT_TRUE(wait_idle(*decode, 3));
   EXPECT_TRUE(wait_idle(*prefill, 3));
+}
+
+TEST(DisaggFailuresTest, InjectedFailuresEndEveryRequestAndTheRestAnswerRight) {
+  expect_injected_failures_end_every_request(0.5, 11, 0, 0);
+}
+
+// Through the staging buffers: two to three pieces per prompt at the prefill, so a request meets
+// several draws.
+TEST(DisaggFailuresTest, InjectedFailuresThroughStagingEndEveryRequest) {
+  expect_injected_failures_end_every_request(0.3, 12, staging_mb(5), staging_mb(64));
 }
 
 TEST(DisaggFailuresTest, DroppedTransfersFailAtTheTransferTimeout) {
