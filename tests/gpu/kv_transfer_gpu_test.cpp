@@ -255,10 +255,8 @@ TEST(CudaIpcTransport, LongWritesAreCutIntoRunsThatLandWhole) {
                                     {6 * 1024 * 1024 + 1, 101, 300 * 1024}};
   const auto id = sender->post(*peer, ops);
   ASSERT_TRUE(id.is_ok()) << id.status().to_string();
-  TransferStatus st = sender->poll(*id);
-  while (st == TransferStatus::kInProgress)
-    st = sender->poll(*id);
-  ASSERT_EQ(st, TransferStatus::kDone);
+  ASSERT_EQ(testing::wait_transfer(*sender, *id, 10s, std::chrono::microseconds(0)),
+            TransferStatus::kDone);
   sender->release(*id);
   std::vector<uint8_t> want = dst;
   for (const WriteOp& op : ops)

@@ -292,10 +292,9 @@ TEST(KvStaging, PiecesWrittenAtTheirOffsetsScatterAsOnePrompt) {
     const WriteOp op{0, extent + format.bytes(begin), format.bytes(end - begin)};
     const auto id = sender->post(peer, std::span(&op, 1), *ready);
     ASSERT_TRUE(id.is_ok()) << id.status().to_string();
-    TransferStatus st = sender->poll(*id);
-    while (st == TransferStatus::kInProgress)
-      st = sender->poll(*id);
-    ASSERT_EQ(st, TransferStatus::kDone);
+    ASSERT_EQ(testing::wait_transfer(*sender, *id, std::chrono::seconds(10),
+                                     std::chrono::microseconds(0)),
+              TransferStatus::kDone);
     sender->release(*id);
   }
   ASSERT_TRUE(dst->scatter(dst_slots, {}, extent).is_ok());
