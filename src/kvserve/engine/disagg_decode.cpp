@@ -207,9 +207,7 @@ Status DecodeDisagg::scatter_piece(uint64_t id, Room& room, int32_t begin, int32
         "{}-token extent",
         begin, end, room.scattered, r.input_len(), room.staging_len);
   }
-  std::vector<int32_t> slots(static_cast<size_t>(end - begin));
-  for (int32_t t = begin; t < end; ++t)
-    slots[static_cast<size_t>(t - begin)] = s_.kv_.req_to_token().at(r.kv.row, t);
+  const std::span<const int32_t> slots = s_.kv_.req_to_token().row(r.kv.row, begin, end - begin);
   KV_ASSIGN_OR_RETURN(
       const platform::EventHandle written,
       stager_->scatter(slots, {}, stager_->format().bytes(room.staging_begin + at)));

@@ -190,9 +190,8 @@ void PrefillDisagg::pump_staging() {
       ++i;  // waits for the decode's credit; other rooms' pieces may go
       continue;
     }
-    std::vector<int32_t> slots(static_cast<size_t>(n));
-    for (int32_t t = 0; t < n; ++t)
-      slots[static_cast<size_t>(t)] = s_.kv_.req_to_token().at(r.kv.row, piece.begin + t);
+    const std::span<const int32_t> slots =
+        s_.kv_.req_to_token().row(r.kv.row, piece.begin, static_cast<int32_t>(n));
     const disagg::WriteOp op{0, static_cast<uint64_t>(room.staging_offset) + st.format().bytes(at),
                              st.format().bytes(n)};
     Result<platform::EventHandle> staged = st.gather(slots);

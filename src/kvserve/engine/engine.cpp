@@ -241,10 +241,10 @@ Status Engine::init_staging(DisaggContext& ctx) {
   const double mb = staging_mb(o, gpu_pool);
   if (mb <= 0) return Status::ok();
   const auto bytes = static_cast<uint64_t>(mb * 1048576.0);
-  const uint64_t token_bytes = 2ull * static_cast<uint64_t>(ctx.pool->config().num_layers) *
-                               static_cast<uint64_t>(ctx.pool->config().num_kv_heads) *
-                               static_cast<uint64_t>(ctx.pool->config().head_dim) *
-                               dtype_size(DType::kF32);  // the widest a peer may stage
+  const mem::KvPoolConfig& c = ctx.pool->config();
+  // The widest format a peer may stage in.
+  const uint64_t token_bytes =
+      disagg::StagingFormat{c.num_layers, c.num_kv_heads, c.head_dim, DType::kF32}.token_bytes();
   if (bytes < token_bytes) {
     return invalid_argument(
         "--disaggregation-staging-buffer-mb {}: smaller than one token's KV ({} bytes in f32)", mb,
