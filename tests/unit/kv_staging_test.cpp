@@ -83,6 +83,43 @@ double round_to_bf16(double x) {
   return out;
 }
 
+// Every element the staging moved (3 layers, K and V, 2 heads of 8 dims per token): the decode
+// pool's at dst_slots[t] against want(the prefill pool's at src_slots[t], head + head_offset).
+// The first mismatch is named; `checked` counts the elements compared.
+template <typename Want>
+::testing::AssertionResult tokens_match(const mem::MHATokenToKVPool& decode,
+                                        std::span<const int32_t> dst_slots,
+                                        const mem::MHATokenToKVPool& prefill,
+                                        std::span<const int32_t> src_slots, int32_t head_offset,
+                                        Want want, int64_t* checked = nullptr) {
+  int64_t n = 0;
+  for (int32_t layer = 0; layer < 3; ++layer) {
+    for (const bool v : {false, true}) {
+      for (size_t t = 0; t < dst_slots.size(); ++t) {
+        for (int32_t h = 0; h < 2; ++h) {
+          for (int32_t d = 0; d < 8; ++d) {
+            const double got = pool_value(decode, v, layer, dst_slots[t], h, d);
+            const double expected =
+                want(pool_value(prefill, v, layer, src_slots[t], head_offset + h, d));
+            if (got != expected) {
+              return ::testing::AssertionFailure()
+                     << "layer " << layer << (v ? " V" : " K") << " token " << t << " head " << h
+                     << " dim " << d << ": " << got << " vs " << expected;
+            }
+            ++n;
+          }
+        }
+      }
+    }
+  }
+  if (checked != nullptr) *checked = n;
+  return ::testing::AssertionSuccess();
+}
+
+double same(double x) {
+  return x;
+}
+
 // One transfer through the staging buffer: gather on `src`, one write over a transport (loopback
 // unless `o` says otherwise), scatter on `dst`.
 void stage_over(KvStager& src, KvStager& dst, std::span<const int32_t> src_slots,
@@ -195,20 +232,7 @@ TEST(KvStaging, DtypeConversionsValueForValue) {
     auto dst = KvStager::create(*decode, format, 0, 64, StagingMemory::kPinnedHost).value();
     stage_over(*src, *dst, src_slots, dst_slots);
     int64_t checked = 0;
-    for (int32_t layer = 0; layer < 3; ++layer) {
-      for (const bool v : {false, true}) {
-        for (int64_t t = 0; t < tokens; ++t) {
-          for (int32_t h = 0; h < 2; ++h) {
-            for (int32_t d = 0; d < 8; ++d) {
-              const double want = round_to_bf16(pool_value(*prefill, v, layer, src_slots[t], h, d));
-              ASSERT_EQ(pool_value(*decode, v, layer, dst_slots[t], h, d), want)
-                  << "layer " << layer << (v ? " V" : " K") << " token " << t;
-              ++checked;
-            }
-          }
-        }
-      }
-    }
+    ASSERT_TRUE(tokens_match(*decode, dst_slots, *prefill, src_slots, 0, round_to_bf16, &checked));
     EXPECT_EQ(checked, 3 * 2 * tokens * 16);
   }
 }
@@ -231,19 +255,8 @@ TEST(KvStaging, HeadSlicesGoToTheirRanks) {
     auto src = KvStager::create(*prefill, format, 2 * rank, 128, StagingMemory::kDevice).value();
     auto dst = KvStager::create(*decode, format, 0, 128, StagingMemory::kDevice).value();
     stage_over(*src, *dst, src_slots, dst_slots);
-    for (int32_t layer = 0; layer < 3; ++layer) {
-      for (const bool v : {false, true}) {
-        for (int64_t t = 0; t < tokens; ++t) {
-          for (int32_t h = 0; h < 2; ++h) {
-            for (int32_t d = 0; d < 8; ++d) {
-              ASSERT_EQ(pool_value(*decode, v, layer, dst_slots[t], h, d),
-                        pool_value(*prefill, v, layer, src_slots[t], 2 * rank + h, d))
-                  << "rank " << rank << " layer " << layer << " token " << t;
-            }
-          }
-        }
-      }
-    }
+    ASSERT_TRUE(tokens_match(*decode, dst_slots, *prefill, src_slots, 2 * rank, same))
+        << "rank " << rank;
   }
 }
 
@@ -298,19 +311,9 @@ TEST(KvStaging, PiecesWrittenAtTheirOffsetsScatterAsOnePrompt) {
     sender->release(*id);
   }
   ASSERT_TRUE(dst->scatter(dst_slots, {}, extent).is_ok());
-  for (int32_t layer = 0; layer < 3; ++layer) {
-    for (const bool v : {false, true}) {
-      for (int64_t t = 0; t < tokens; ++t) {
-        for (int32_t h = 0; h < 2; ++h) {
-          for (int32_t d = 0; d < 8; ++d) {
-            ASSERT_EQ(pool_value(*decode, v, layer, dst_slots[t], h, d),
-                      pool_value(*prefill, v, layer, src_slots[t], h, d))
-                << "layer " << layer << (v ? " V" : " K") << " token " << t;
-          }
-        }
-      }
-    }
-  }
+  int64_t checked = 0;
+  ASSERT_TRUE(tokens_match(*decode, dst_slots, *prefill, src_slots, 0, same, &checked));
+  EXPECT_EQ(checked, 3 * 2 * tokens * 16);
   // A chunk that would leave the region is refused, nothing queued.
   EXPECT_EQ(
       dst->scatter(std::span(dst_slots).subspan(0, 10), {}, format.bytes(391)).status().code(),
