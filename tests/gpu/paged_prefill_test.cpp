@@ -111,6 +111,11 @@ std::vector<Case> cases() {
     for (const int32_t group : {1, 4, 8})
       out.push_back({ps, group, 256, ps != 16, "sm90"});
   }
+  // The sm_90a kernel's TMA runs at their smallest (pages of 8 slots) and at page 32.
+  for (const int32_t d : {64, 128, 256}) {
+    out.push_back({8, 4, d, true, "sm90"});
+    out.push_back({32, 1, d, false, "sm90"});
+  }
   // Ping-pong consumers: a sample of page sizes, groups and head dims.
   for (const int32_t d : {64, 128, 256}) {
     out.push_back({16, 4, d, true, "sm90pp"});

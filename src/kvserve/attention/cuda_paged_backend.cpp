@@ -325,6 +325,7 @@ class CudaPagedBackend final : public AttentionBackend {
     const void* v_cache = pool.v_buffer(layer.layer_id).data();
     const int32_t* page_ids = index_ptr_ + qs.pages.out;
     int32_t page_size = pool.config().page_size;
+    int64_t num_slots = pool.num_slots();
     if (options_.gather) {
       if (!paged_head_dim(layer.head_dim)) return run_varlen(io, layer, batch, qs);
       KV_RETURN_IF_ERROR(gather(qs, layer, pool, kv_dtype));
@@ -332,6 +333,7 @@ class CudaPagedBackend final : public AttentionBackend {
       v_cache = v_gathered_.data();
       page_ids = nullptr;  // contiguous: row indptr + position
       page_size = 1;
+      num_slots = qs.pages.entries;
     }
     if (qs.prefill) {
       const ops::PagedPrefillParams p{
@@ -346,6 +348,7 @@ class CudaPagedBackend final : public AttentionBackend {
           .page_ids = page_ids,
           .kv_lens = meta + qs.kv_lens,
           .out = io.out,
+          .num_slots = num_slots,
           .batch = batch.batch_size(),
           .total_q = batch.num_tokens(),
           .num_q_heads = layer.num_heads,

@@ -29,6 +29,9 @@ struct KernelSwitches {
   // every launch whose params leave it on auto (ops/paged_prefill.h: resolve_prefill_variant):
   // mma forces the mma.sync kernel where auto would take the sm_90a one (A/B runs).
   ops::PrefillVariant prefill_variant = ops::PrefillVariant::kAuto;
+  // KVSERVE_PREFILL_TMA=0: the sm_90a prefill kernel gathers K/V by cp.async only, never by TMA
+  // (ops::PagedPrefillParams::tma).
+  bool prefill_tma = true;
   // KVSERVE_DECODE_TC_STAGES=2|3|4: K/V tiles in flight in the tensor-core decode kernel; 0: by
   // head dim (ops/paged_prefill.h: resolve_decode_tc_stages).
   int32_t decode_tc_stages = 0;

@@ -9,11 +9,14 @@
 // The grid walks the tiles from the last (longest causal rows) to the first (prefill_tiles.cuh).
 //
 // Warp roles (384 threads, __launch_bounds__(384, 1): 168 registers each at entry):
-//   * warpgroup 0, the producer (setmaxnreg down to 56): cp.async brings the Q tile and then
-//     each K/V tile of kBlockN positions into stage i % kStages, gathering rows through the CSR
-//     page table (any page size, contiguous K/V, row strides); after a tile's group lands it
-//     fences the async proxy and arrives on full[stage] (128 arrivals). Before refilling a stage
-//     it waits on empty[stage].
+//   * warpgroup 0, the producer (setmaxnreg down to 56): cp.async brings the Q tile; each K/V
+//     tile of kBlockN positions goes into stage i % kStages by TMA where runs of slots allow
+//     (contiguous K/V, pages of 8+ slots: warp 0 issues one box of a run's slots x 64 columns
+//     per page and column block, counted on full[stage] as bytes), else by cp.async gathering
+//     rows through the CSR page table (any page size; also the last tile of a request when it
+//     has rows past the end, which must be zeros); after a cp.async group lands the producer
+//     fences the async proxy and arrives on full[stage] (128 arrivals either way). Before
+//     refilling a stage it waits on empty[stage].
 //   * warpgroups 1 and 2, the consumers (setmaxnreg up to 224): 64 query rows each.
 //     S = Q K^T: wgmma m64 n{kBlockN} k16, A (Q) and B (K) from shared memory, K-major.
 //     O += P V: wgmma m64 n{head_dim} k16, A (P, bf16) from registers: the f32 S accumulator
@@ -31,8 +34,11 @@
 //
 // Limits (the dispatch checks them): bf16 K/V, head_dim 64, 128 or 256, no sliding window or
 // soft-capping, GQA groups 1..8, page sizes 1..128 (powers of two).
+#include <cuda.h>
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -69,7 +75,8 @@ struct Sm90Tile {
 template <int HEAD_DIM, bool CONTIGUOUS, bool PINGPONG>
 __global__ void __launch_bounds__(384, 1)
     paged_prefill_sm90_kernel(const __grid_constant__ ops::PagedPrefillParams p, int page_shift,
-                              int num_tiles) {
+                              int num_tiles, int tma_rows, const __grid_constant__ CUtensorMap tm_k,
+                              const __grid_constant__ CUtensorMap tm_v) {
   using T = Sm90Tile<HEAD_DIM>;
   constexpr int kBlockM = T::kBlockM;
   constexpr int kBlockN = T::kBlockN;
@@ -144,13 +151,12 @@ __global__ void __launch_bounds__(384, 1)
     }
     cp_async_commit();
     const int64_t head_off = static_cast<int64_t>(kvh) * HEAD_DIM + col;
-    for (int i = 0; i < n_tiles; ++i) {
-      const int s = i % kStages;
-      if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+    // Tile i's rows by cp.async into stage s (zeros past the end: P = 0 must not meet NaN).
+    auto gather_tile = [&](int i, int s) {
       const int n0 = i * kBlockN;
       for (int r = r0; r < kBlockN; r += kRowStep) {
         const int t = n0 + r;
-        const bool valid = t < kv_len;  // zeros past the end: P = 0 must not meet NaN
+        const bool valid = t < kv_len;
         int64_t off = 0;
         if (valid) {
           const int64_t slot =
@@ -164,6 +170,56 @@ __global__ void __launch_bounds__(384, 1)
         cp_async16(sV(s) + o, vg + off, valid);
       }
       cp_async_commit();
+    };
+    if (tma_rows > 0) {
+      // TMA (tma_rows > 0: runs of that many slots are contiguous: the page, or all of a
+      // contiguous request): warp 0 issues a tile's boxes of tma_rows x 64 columns, each lane some
+      // of them, after lane 0's arrival announced the tile's bytes; the other threads arrive
+      // plainly (full[] counts 128). The last tile of a request, when it has rows past kv_len,
+      // is gathered by cp.async instead (its zeros). Tile 0's arrivals wait for Q.
+      if (tid == 0) {
+        tma_prefetch_map(&tm_k);
+        tma_prefetch_map(&tm_v);
+      }
+      const int runs = kBlockN / tma_rows;
+      const int boxes = 2 * (HEAD_DIM / 64) * runs;  // K and V x column blocks x runs
+      for (int i = 0; i < n_tiles; ++i) {
+        const int s = i % kStages;
+        if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+        const int n0 = i * kBlockN;
+        if (n0 + kBlockN <= kv_len) {
+          if (i == 0) cp_async_wait<0>();  // Q
+          if (i == 0) fence_proxy_async();
+          if (tid < 32) {
+            if (tid == 0) mbar_arrive_expect_tx(full(s), T::kStageBytes);
+            __syncwarp();
+            for (int bx = tid; bx < boxes; bx += 32) {
+              const int run = bx % runs;
+              const int cb = (bx / runs) % (HEAD_DIM / 64);
+              const bool is_v = bx >= boxes / 2;
+              const int t = n0 + run * tma_rows;
+              const int slot = CONTIGUOUS ? first + t
+                                          : (pages[t >> page_shift] << page_shift) | (t & page_mask);
+              const uint32_t dst =
+                  (is_v ? sV(s) : sK(s)) + cb * kBlockN * 128 + run * tma_rows * 128;
+              tma_load_3d(dst, is_v ? &tm_v : &tm_k, cb * 64, kvh, slot, full(s));
+            }
+          } else {
+            mbar_arrive(full(s));
+          }
+        } else {
+          gather_tile(i, s);
+          cp_async_wait<0>();
+          fence_proxy_async();
+          mbar_arrive(full(s));
+        }
+      }
+      return;
+    }
+    for (int i = 0; i < n_tiles; ++i) {
+      const int s = i % kStages;
+      if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+      gather_tile(i, s);
       if (i > 0) {  // tile i - 1 (and Q) landed: hand it over
         cp_async_wait<1>();
         fence_proxy_async();
@@ -406,6 +462,52 @@ auto* configured_sm90_kernel() {
   return kernel;
 }
 
+// cuTensorMapEncodeTiled from the driver the runtime loaded (no link to libcuda); null if absent.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The slots a TMA box may cover in one run (0: no TMA for this launch): a whole tile for
+// contiguous K/V, a page of 8+ slots (a box must start on a 1024-byte swizzle atom: 8 rows of
+// 128 bytes) up to a tile; 16-byte aligned buffers and row strides, and a known extent.
+int sm90_tma_rows(const ops::PagedPrefillParams& p, int block_n, int64_t kv_row) {
+  if (!p.tma || p.num_slots <= 0 || p.num_slots > 0x7fffffff || kv_row % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p.k_cache) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.v_cache) % 16 != 0 || tensor_map_encoder() == nullptr) {
+    return 0;
+  }
+  if (p.page_ids == nullptr) return block_n;
+  return p.page_size >= 8 ? std::min(p.page_size, block_n) : 0;
+}
+
+// A map of the cache as [num_slots][num_kv_heads][head_dim] bf16 (row stride kv_row elements),
+// boxes of `rows` slots x 1 head x 64 columns, 128-byte swizzle (the tiles' layout).
+bool encode_kv_map(CUtensorMap* map, const void* base, const ops::PagedPrefillParams& p,
+                   int64_t kv_row, int rows) {
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.head_dim),
+                              static_cast<cuuint64_t>(p.num_kv_heads),
+                              static_cast<cuuint64_t>(p.num_slots)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.head_dim) * 2,
+                                 static_cast<cuuint64_t>(kv_row) * 2};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(rows)};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base),
+                              dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 [[noreturn]] void unsupported_sm90(const char* what, int value) {
   detail::check_failed(__FILE__, __LINE__, what, std::string(), std::to_string(value));
 }
@@ -422,7 +524,17 @@ void launch_sm90(const ops::PagedPrefillParams& p, int page_shift, cudaStream_t 
   const int64_t tiles = prefill_query_tiles(p, T::kBlockM);
   if (tiles > 0x7fffffff) unsupported_sm90("paged prefill sm90: too many query tiles", 0);
   const dim3 grid(static_cast<unsigned>(tiles), p.num_kv_heads);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, page_shift, static_cast<int>(tiles));
+  const int64_t kv_row =
+      p.kv_stride != 0 ? p.kv_stride : static_cast<int64_t>(p.num_kv_heads) * HEAD_DIM;
+  CUtensorMap tm_k{};
+  CUtensorMap tm_v{};
+  int tma_rows = sm90_tma_rows(p, T::kBlockN, kv_row);
+  if (tma_rows > 0 && !(encode_kv_map(&tm_k, p.k_cache, p, kv_row, tma_rows) &&
+                        encode_kv_map(&tm_v, p.v_cache, p, kv_row, tma_rows))) {
+    tma_rows = 0;  // the driver refused the map: cp.async
+  }
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, page_shift, static_cast<int>(tiles),
+                                                       tma_rows, tm_k, tm_v);
   KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,16 +3,19 @@
 // sampling.cu keeps the radix-select kernel for A/B). One CTA of 512 threads per row; the row is
 // streamed (float4, 4 tiles of 2048 logits in flight per thread) at most four times, no sort of
 // the row and no float64 atomics:
-//   1. penalties in place; max, argmax (lowest id on ties) and, when asked, the raw row's
-//      log-sum-exp (online) in one pass; a greedy row stops here;
-//   2. top-k / top-p: one pass histograms count and probability mass over 2048 bins of the
-//      distance below the max, d = (max - logit) / temperature in [0, 32) (1/64 nat each; the rest
-//      in one overflow count). Bins follow the order (logit desc, id asc), so the scan of the bins
-//      names the bin holding the k-th token and the bins the top-p target can fall in (the
-//      target p * M_k depends on M_k, the top-k mass, known exactly only once the k-th bin is
-//      resolved, so the candidate range spans p * [mass above that bin, mass through it]);
+//   1. penalties in place; max and argmax (lowest id on ties) in one pass; when a row needs them,
+//      the same pass keeps online sums over the running max: of exp(logit) (the raw row's
+//      log-sum-exp, for logprobs) and of exp(logit / temperature) (the row's mass, the base of a
+//      top-p target without top-k). A greedy row stops here;
+//   2. top-k / top-p: one pass counts the tokens of 4096 bins of the distance below the max,
+//      d = (max - logit) / temperature in [0, 32) (1/128 nat each; the rest overflow). Bins
+//      follow the order (logit desc, id asc), so the scan of the counts names the bin holding the
+//      k-th token, and the counts times each bin's probability bounds (exp(-d) at its two edges,
+//      widened for f32 rounding) bound the mass before every bin, which places the top-p target
+//      (p * M_k, M_k the top-k mass or the row's mass) to the few bins it can fall in;
 //   3. one pass gathers the tokens of those bins (at most 2048: (key, id) packed in 64 bits) into
-//      shared memory, a bitonic sort orders them, and a block scan of their masses places the
+//      shared memory with their exact masses; up to 512 are ordered by rank counting, more by a
+//      bitonic sort; a block scan of their masses places the
 //      k-th token (its key and id, and M_k) and the first token whose cumulative mass reaches
 //      p * M_k exactly as the host does. A row whose bins cannot decide (the boundary beyond
 //      d = 32, more than 2048 tokens to gather, or a target landing in an ungathered bin by
@@ -43,9 +46,10 @@ namespace {
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 4 * kThreads;  // logits per block-wide float4 step
 constexpr int kUnroll = 4;           // tiles whose loads are in flight together
-constexpr int kNumBins = 2048;
-constexpr float kBinsPerNat = 64.0f;
+constexpr int kNumBins = 4096;
+constexpr float kBinsPerNat = 128.0f;
 constexpr float kRange = kNumBins / kBinsPerNat;  // distances at or beyond it overflow
+constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kBinsPerThread = kNumBins / kThreads;
 constexpr int kCap = 2048;  // gathered tokens at most
 constexpr int kCapPerThread = kCap / kThreads;
@@ -70,7 +74,6 @@ struct BinsSmem {
     Smem radix;  // the fallback's (sampling_radix.cuh); its cub storage is its own
     struct {
       int count[kNumBins];
-      float mass[kNumBins];
       unsigned long long keys[kCap];  // (~order key) << 32 | id: ascending = (logit desc, id asc)
     } sel;
     float chunk[kMaxChunks];
@@ -111,26 +114,26 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
 // f(tile, i0, v) for each of this thread's groups of 4 logits, ids i0 = kTile * tile + 4 * thread
 // + 0..3, tiles ascending (so each thread sees its ids in ascending order); kUnroll tiles' loads
 // are issued before any is used.
-template <typename F>
+template <int Unroll = kUnroll, typename F>
 __device__ __forceinline__ void for_each_tile(const float* x, int n, bool vec, const F& f) {
   const int ntiles = (n + kTile - 1) / kTile;
   const int own = 4 * static_cast<int>(threadIdx.x);
-  for (int t0 = 0; t0 < ntiles; t0 += kUnroll) {
-    float v[kUnroll][4];
+  for (int t0 = 0; t0 < ntiles; t0 += Unroll) {
+    float v[Unroll][4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int u = 0; u < Unroll; ++u)
       load4(x, n, (t0 + u) * kTile + own, vec, v[u]);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < Unroll; ++u) {
       if (t0 + u < ntiles) f(t0 + u, (t0 + u) * kTile + own, v[u]);
     }
   }
 }
 
 // f(i, v) for each of this thread's logits, ids ascending.
-template <typename F>
+template <int Unroll = kUnroll, typename F>
 __device__ __forceinline__ void for_each_logit(const float* x, int n, bool vec, const F& f) {
-  for_each_tile(x, n, vec, [&](int, int i0, const float(&v)[4]) {
+  for_each_tile<Unroll>(x, n, vec, [&](int, int i0, const float(&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (i0 + j < n) f(i0 + j, v[j]);
@@ -157,7 +160,7 @@ struct Dist {
   __device__ float operator()(float v) const { return (max - v) * inv_t; }
 };
 __device__ __forceinline__ float dist_prob(float d) {
-  return d == d ? expf(-d) : 0.0f;  // a NaN logit weighs nothing
+  return d == d ? exp2f(d * -kLog2e) : 0.0f;  // a NaN logit weighs nothing
 }
 __device__ __forceinline__ int dist_bin(float d) {
   return d < kRange ? static_cast<int>(d * kBinsPerNat) : kNumBins;  // NaN: overflow
@@ -166,98 +169,105 @@ __device__ __forceinline__ int dist_bin(float d) {
 // Steps 2-3 of the header: the top-k and top-p boundaries by bins, or false when the bins cannot
 // decide (the caller then runs the radix select). Every thread returns the same.
 __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::SampleRowParams& rp,
-                               const Dist& dist, BinsSmem& s, Boundary* k_out, Boundary* p_out) {
+                               const Dist& dist, double z_total, BinsSmem& s, Boundary* k_out,
+                               Boundary* p_out) {
   const bool use_k = rp.top_k > 0 && rp.top_k < vocab;
   const bool use_p = rp.top_p < 1.0f;
   const int tid = static_cast<int>(threadIdx.x);
   auto& sel = s.u.sel;
-  for (int b = tid; b < kNumBins; b += kThreads) {
+  for (int b = tid; b < kNumBins; b += kThreads)
     sel.count[b] = 0;
-    sel.mass[b] = 0.0f;
-  }
   __syncthreads();
-  double over_mass = 0;
   for_each_logit(x, vocab, vec, [&](int, float v) {
-    const float d = dist(v);
-    const int b = dist_bin(d);
-    if (b < kNumBins) {
-      atomicAdd(&sel.count[b], 1);
-      if (use_p) atomicAdd(&sel.mass[b], dist_prob(d));  // top-k alone needs counts only
-    } else if (use_p) {
-      over_mass += dist_prob(d);
-    }
+    const int b = dist_bin(dist(v));
+    if (b < kNumBins) atomicAdd(&sel.count[b], 1);
   });
-  over_mass = BlockReduceD(s.cub.rd).Sum(over_mass);
-  if (tid == 0) s.d[0] = over_mass;
   __syncthreads();
-  over_mass = s.d[0];
 
-  // Thread t owns bins [kBinsPerThread * t, + kBinsPerThread).
+  // Thread t owns bins [kBinsPerThread * t, + kBinsPerThread). A bin's tokens have probabilities
+  // within [exp(-(b + 1) / kBinsPerNat), exp(-b / kBinsPerNat)] (widened for f32 rounding): lower
+  // and upper bounds of the mass before each bin, which place the top-p target to a few bins; the
+  // exact masses come from the gather pass.
   int c[kBinsPerThread];
-  double w[kBinsPerThread];
   int c_local = 0;
-  double w_local = 0;
+  double lo_local = 0;
+  double hi_local = 0;
 #pragma unroll
   for (int j = 0; j < kBinsPerThread; ++j) {
-    c[j] = sel.count[kBinsPerThread * tid + j];
-    w[j] = sel.mass[kBinsPerThread * tid + j];
+    const int b = kBinsPerThread * tid + j;
+    c[j] = sel.count[b];
     c_local += c[j];
-    w_local += w[j];
+    lo_local += c[j] * exp(-(b + 1) / static_cast<double>(kBinsPerNat)) * (1 - 1e-5);
+    hi_local += c[j] * exp(-b / static_cast<double>(kBinsPerNat)) * (1 + 1e-5);
   }
   int c_before = 0;
   int c_total = 0;
   BlockScanI(s.cub.si).ExclusiveSum(c_local, c_before, c_total);
   __syncthreads();
-  double w_before = 0;
-  double w_total = 0;
-  BlockScanD(s.cub.sd).ExclusiveSum(w_local, w_before, w_total);
+  double lo_before = 0;
+  double lo_total = 0;
+  BlockScanD(s.cub.sd).ExclusiveSum(lo_local, lo_before, lo_total);
+  __syncthreads();
+  double hi_before = 0;
+  double hi_total = 0;
+  BlockScanD(s.cub.sd).ExclusiveSum(hi_local, hi_before, hi_total);
   if (tid == 0) {
-    s.i[0] = -1;        // the k-th token's bin
-    s.i[1] = kNumBins;  // first bin the target can fall in
-    s.i[2] = -1;        // last bin the target can fall in
-    s.i[3] = 0;         // tokens before the first of those bins
-    s.i[4] = 0;         // tokens before the k-th token's bin
+    s.i[0] = -1;            // the k-th token's bin
+    s.i[1] = kNumBins;      // first bin the target can fall in
+    s.i[2] = kNumBins - 1;  // last bin the target can fall in
+    s.i[3] = 0;             // tokens before the first of those bins
+    s.i[4] = 0;             // tokens before the k-th token's bin
   }
   __syncthreads();
 
   // The k-th token's bin: the one whose count range holds rank k.
   if (use_k) {
     int acc = c_before;
-    double wacc = w_before;
+    double lo_acc = lo_before;
+    double hi_acc = hi_before;
 #pragma unroll
     for (int j = 0; j < kBinsPerThread; ++j) {
+      const int b = kBinsPerThread * tid + j;
+      const double lo_w = c[j] * exp(-(b + 1) / static_cast<double>(kBinsPerNat)) * (1 - 1e-5);
+      const double hi_w = c[j] * exp(-b / static_cast<double>(kBinsPerNat)) * (1 + 1e-5);
       if (acc < rp.top_k && rp.top_k <= acc + c[j]) {
-        s.i[0] = kBinsPerThread * tid + j;
+        s.i[0] = b;
         s.i[4] = acc;
-        s.d[1] = wacc;         // mass before it
-        s.d[2] = wacc + w[j];  // mass through it
+        s.d[1] = lo_acc;         // at least the mass before it
+        s.d[2] = hi_acc + hi_w;  // at most the mass through it
       }
       acc += c[j];
-      wacc += w[j];
+      lo_acc += lo_w;
+      hi_acc += hi_w;
     }
   }
   __syncthreads();
   const int k_bin = use_k ? s.i[0] : kNumBins;
   if (use_k && k_bin < 0) return false;  // the k-th token is beyond the bins
-  // The bins the top-p target p * M_k can fall in, M_k between the mass before the k-th bin and
-  // the mass through it (the whole row without top-k), widened for rounding.
+  // The bins the top-p target p * M_k can fall in: from the first whose upper bound through it
+  // reaches the least target to the first whose lower bound through it reaches the largest
+  // (M_k between the mass before the k-th bin and the mass through it; the row's total mass
+  // without top-k), widened for rounding.
   if (use_p) {
     const double p = rp.top_p;
-    const double lo = (use_k ? p * s.d[1] : p * (w_total + over_mass)) * (1.0 - 1e-5);
-    const double hi = (use_k ? p * s.d[2] : p * (w_total + over_mass)) * (1.0 + 1e-5);
+    const double t_lo = (use_k ? p * s.d[1] : p * z_total) * (1.0 - 1e-5);
+    const double t_hi = (use_k ? p * s.d[2] : p * z_total) * (1.0 + 1e-5);
     int acc = c_before;
-    double wacc = w_before;
+    double lo_acc = lo_before;
+    double hi_acc = hi_before;
 #pragma unroll
     for (int j = 0; j < kBinsPerThread; ++j) {
       const int b = kBinsPerThread * tid + j;
-      if (c[j] > 0 && wacc + w[j] >= lo && (b == 0 || wacc < lo)) {
+      const double lo_w = c[j] * exp(-(b + 1) / static_cast<double>(kBinsPerNat)) * (1 - 1e-5);
+      const double hi_w = c[j] * exp(-b / static_cast<double>(kBinsPerNat)) * (1 + 1e-5);
+      if (c[j] > 0 && hi_acc + hi_w >= t_lo && (b == 0 || hi_acc < t_lo)) {
         s.i[1] = b;
         s.i[3] = acc;
-        s.d[3] = wacc;
       }
-      if (c[j] > 0 && wacc < hi) atomicMax(&s.i[2], b);  // last bin starting below hi
+      if (c[j] > 0 && lo_acc + lo_w >= t_hi && lo_acc < t_hi) s.i[2] = b;
       acc += c[j];
-      wacc += w[j];
+      lo_acc += lo_w;
+      hi_acc += hi_w;
     }
   }
   __syncthreads();
@@ -265,9 +275,7 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
   const int hi_bin = use_p ? min(s.i[2], k_bin) : -1;
   if (use_p && lo_bin > hi_bin) return false;
   const int k_before = s.i[4];
-  const int lo_before = s.i[3];
-  const double k_mass_before = use_k ? s.d[1] : 0.0;
-  const double lo_mass_before = use_p ? s.d[3] : 0.0;
+  const int range_before = s.i[3];
   const auto gathered = [&](int b) { return (lo_bin <= b && b <= hi_bin) || b == k_bin; };
   // Tokens to gather, and how many of them fall in [lo_bin, hi_bin] (they sort first).
   int n_all = 0;
@@ -292,9 +300,20 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
   n_range = s.i[6];
   if (n_all > kCap || n_all <= 0) return false;
 
-  // Gather, then sort ascending by (~key, id), i.e. (logit desc, id asc).
+  // Gather, then sort ascending by (~key, id), i.e. (logit desc, id asc); on the way, the exact
+  // masses before the k-th token's bin and before the range (the few likeliest tokens).
+  const int k_lim = use_k ? k_bin : 0;
+  const int range_lim = use_p ? lo_bin : 0;
+  double k_mass_before = 0;
+  double range_mass_before = 0;
   for_each_logit(x, vocab, vec, [&](int i, float v) {
-    const int b = dist_bin(dist(v));
+    const float d = dist(v);
+    const int b = dist_bin(d);
+    if (b < k_lim || b < range_lim) {
+      const float pr = dist_prob(d);
+      if (b < k_lim) k_mass_before += pr;
+      if (b < range_lim) range_mass_before += pr;
+    }
     if (b < kNumBins && gathered(b)) {
       const int slot = atomicAdd(&s.i[7], 1);
       if (slot < kCap) {
@@ -303,12 +322,34 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
       }
     }
   });
+  k_mass_before = BlockReduceD(s.cub.rd).Sum(k_mass_before);
+  if (tid == 0) s.d[1] = k_mass_before;
+  __syncthreads();
+  range_mass_before = BlockReduceD(s.cub.rd).Sum(range_mass_before);
+  if (tid == 0) s.d[3] = range_mass_before;
+  __syncthreads();
+  k_mass_before = s.d[1];
+  range_mass_before = s.d[3];
   int n_pow2 = 1;
   while (n_pow2 < n_all)
     n_pow2 <<= 1;
-  __syncthreads();
-  for (int j = n_all + tid; j < n_pow2; j += kThreads)
-    sel.keys[j] = ~0ull;
+  if (n_all <= kThreads) {
+    // Few tokens: each one's rank is the count of smaller keys (keys are unique by id).
+    const unsigned long long e = tid < n_all ? sel.keys[tid] : 0;
+    int rank = 0;
+    if (tid < n_all) {
+      for (int j = 0; j < n_all; ++j)
+        rank += sel.keys[j] < e ? 1 : 0;
+    }
+    __syncthreads();
+    if (tid < n_all) sel.keys[kCap / 2 + rank] = e;
+    __syncthreads();
+    if (tid < n_all) sel.keys[tid] = sel.keys[kCap / 2 + tid];
+    n_pow2 = 0;  // sorted: no bitonic stage
+  } else {
+    for (int j = n_all + tid; j < n_pow2; j += kThreads)
+      sel.keys[j] = ~0ull;
+  }
   __syncthreads();
   for (int k = 2; k <= n_pow2; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
@@ -363,8 +404,8 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
   // Rank and mass before sorted position q in the whole row.
   const auto place = [&](int q, double scanned, int* rank, double* mass_before) {
     const bool in_k_tail = use_k && !k_in_range && q >= n_range;
-    *rank = in_k_tail ? k_before + (q - n_range) : lo_before + q;
-    *mass_before = in_k_tail ? k_mass_before + (scanned - range_mass) : lo_mass_before + scanned;
+    *rank = in_k_tail ? k_before + (q - n_range) : range_before + q;
+    *mass_before = in_k_tail ? k_mass_before + (scanned - range_mass) : range_mass_before + scanned;
   };
   // The k-th token and M_k, the top-k mass.
   if (use_k) {
@@ -392,7 +433,7 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
   }
   Boundary p_bound;
   if (use_p) {
-    const double m_k = use_k ? s.d[1] : w_total + over_mass;
+    const double m_k = use_k ? s.d[1] : z_total;
     const double target = static_cast<double>(rp.top_p) * m_k;
     int cut = INT_MAX;
     double acc = before;
@@ -440,27 +481,42 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
 
   apply_penalties(x, vocab, rp, p.penalty_entries, pen_begin, pen_end);
 
-  // Max and argmax (lowest id on ties, NaNs never win) and, for a row whose raw logits are still
-  // there, the online sum of exp(logit - running max).
+  // Max and argmax (lowest id on ties, NaNs never win) and online sums over the running max:
+  // for a row whose raw logits are still there, of exp(logit) (the logprob); for top-p without
+  // top-k, of exp(logit / temperature) (the row's mass, the top-p target's base).
   const bool want_lse = p.out_logprobs != nullptr && pen_end == pen_begin;
+  const bool want_z = rp.greedy == 0 && rp.top_p < 1.0f && !(rp.top_k > 0 && rp.top_k < vocab);
+  const float z_scale = kLog2e / rp.temperature;
   float best = -FLT_MAX;
   int best_i = vocab;
   float run_max = -INFINITY;
   float run_sum = 0.0f;
-  for_each_logit(x, vocab, vec, [&](int i, float v) {
-    if (v > best) {  // ids ascend within a thread: the first max stays
-      best = v;
-      best_i = i;
-    }
-    if (want_lse) {
-      if (v > run_max) {
-        run_sum = run_sum * expf(run_max - v) + 1.0f;
+  float z_sum = 0.0f;
+  if (want_lse || want_z) {
+    // Eight tiles in flight: the running sums' exp2f would otherwise stall on each load.
+    for_each_logit<8>(x, vocab, vec, [&](int i, float v) {
+      if (v > run_max) {  // the running max (NaNs skipped); first of equals kept: ids ascend
+        if (want_lse) run_sum = run_sum * exp2f((run_max - v) * kLog2e) + 1.0f;
+        if (want_z) z_sum = z_sum * exp2f((run_max - v) * z_scale) + 1.0f;
         run_max = v;
       } else if (v == v && run_max != -INFINITY) {
-        run_sum += expf(v - run_max);
+        if (want_lse) run_sum += exp2f((v - run_max) * kLog2e);
+        if (want_z) z_sum += exp2f((v - run_max) * z_scale);
       }
-    }
-  });
+      if (v > best) {
+        best = v;
+        best_i = i;
+      }
+    });
+  } else {
+    // Greedy, top-k and temperature-only rows without logprobs: the max and argmax alone.
+    for_each_logit(x, vocab, vec, [&](int i, float v) {
+      if (v > best) {  // ids ascend within a thread: the first max stays
+        best = v;
+        best_i = i;
+      }
+    });
+  }
   const float max_all = BlockReduceF(s.cub.rf).Reduce(best, MaxOp{});
   if (tid == 0) s.f = max_all;
   __syncthreads();
@@ -477,23 +533,40 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
     raw_sum = BlockReduceD(s.cub.rd).Sum(mine);
   }
   __syncthreads();
+  double z_total = 0;
+  if (want_z) {
+    const double mine =
+        z_sum > 0.0f ? static_cast<double>(z_sum) * exp((static_cast<double>(run_max) - row_max) /
+                                                        static_cast<double>(rp.temperature))
+                     : 0.0;
+    z_total = BlockReduceD(s.cub.rd).Sum(mine);
+    if (tid == 0) s.d[0] = z_total;
+    __syncthreads();
+    z_total = s.d[0];
+  }
 
   if (rp.greedy == 0) {
     const Dist dist{row_max, 1.0f / rp.temperature};
-    Boundary k_bound;
-    Boundary p_bound;
-    if ((rp.top_k > 0 && rp.top_k < vocab) || rp.top_p < 1.0f) {
-      if (!bin_boundaries(x, vocab, vec, rp, dist, s, &k_bound, &p_bound)) {
+    Boundary k_found;
+    Boundary p_found;
+    const bool bounded = (rp.top_k > 0 && rp.top_k < vocab) || rp.top_p < 1.0f;
+    if (bounded) {
+      if (!bin_boundaries(x, vocab, vec, rp, dist, z_total, s, &k_found, &p_found)) {
         __syncthreads();
-        radix_boundaries(x, vocab, rp, row_max, s.u.radix, &k_bound, &p_bound);
+        radix_boundaries(x, vocab, rp, row_max, s.u.radix, &k_found, &p_found);
       }
       __syncthreads();
     }
+    // Register copies (the originals' addresses were taken).
+    const Boundary k_bound = k_found;
+    const Boundary p_bound = p_found;
     // The draw: the kept mass of each 128-id chunk.
     const float min_p = rp.min_p;
     const auto weight = [&](int i, float v) -> float {
-      const uint32_t k = order_key(v);
-      if (!k_bound.keeps(k, i) || !p_bound.keeps(k, i)) return 0.0f;
+      if (bounded) {
+        const uint32_t k = order_key(v);
+        if (!k_bound.keeps(k, i) || !p_bound.keeps(k, i)) return 0.0f;
+      }
       const float pr = dist_prob(dist(v));
       return min_p > 0.0f && pr < min_p ? 0.0f : pr;
     };

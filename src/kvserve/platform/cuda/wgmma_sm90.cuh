@@ -1,6 +1,6 @@
 // Hopper (sm_90a) building blocks of the warp-specialised prefill kernel (paged_prefill_sm90.cu):
 // wgmma shared-memory descriptors for the 128-byte swizzle, the wgmma fences and groups,
-// mbarriers, setmaxnreg, named barriers and the async-proxy fence. The mma_async wrappers
+// mbarriers, TMA loads, setmaxnreg, named barriers and the async-proxy fence. The mma_async wrappers
 // themselves (one per N) are generated: wgmma_sm90_gen.cuh.
 //
 // Shared-memory tiles (what the descriptors below describe). A tile of R rows x D bf16 columns
@@ -71,6 +71,27 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// An arrival that also expects `bytes` more of asynchronous (TMA) writes before the phase ends.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// TMA: a box of a 3-D tensor (tensor map `map`, a __grid_constant__ kernel parameter) at
+// coordinates (c0, c1, c2) into shared memory at `dst`, counted on mbarrier `bar` as it lands.
+// With the map's 128-byte swizzle, `dst` must be 1024-byte aligned.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
 // Returns once the barrier's phase with this parity has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;

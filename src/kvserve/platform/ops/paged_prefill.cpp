@@ -102,6 +102,7 @@ void paged_prefill(platform::Platform& platform, const PagedPrefillParams& param
                                        ? params.variant
                                        : platform.kernel_switches().prefill_variant;
   p.variant = resolve_prefill_variant(requested, params, prefill_sm90_device(platform));
+  p.tma = params.tma && platform.kernel_switches().prefill_tma;
   if (p.variant == PrefillVariant::kSm90 || p.variant == PrefillVariant::kSm90PingPong) {
     platform::cuda::paged_prefill_sm90(p, platform.resolve(stream));
   } else {

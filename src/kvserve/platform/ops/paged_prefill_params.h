@@ -51,6 +51,9 @@ struct PagedPrefillParams {
   void* out = nullptr;                   // [total_q, num_q_heads, head_dim] bf16
   int64_t q_stride = 0;                  // elements between query rows; 0: num_q_heads * head_dim
   int64_t kv_stride = 0;  // elements between K (and V) rows; 0: num_kv_heads * head_dim
+  // Rows of k_cache and v_cache: the extent of the sm_90a kernel's TMA tensor maps (0: unknown,
+  // that kernel then gathers every tile by cp.async).
+  int64_t num_slots = 0;
   int32_t batch = 0;
   int32_t total_q = 0;  // qo_indptr[batch], known on the host (sizes the grid)
   int32_t num_q_heads = 0;
@@ -65,6 +68,9 @@ struct PagedPrefillParams {
   int32_t window_left = -1;
   float logit_softcap = 0.0f;
   PrefillVariant variant = PrefillVariant::kAuto;
+  // sm_90a kernel: K/V tiles by TMA where runs of slots allow (contiguous K/V, pages of 8+);
+  // false: cp.async everywhere (KernelSwitches::prefill_tma, set at the op dispatch).
+  bool tma = true;
 };
 
 // --- Decode on tensor cores (ops::paged_decode_tc, platform/cuda/paged_prefill.cu) ------------
