@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(384, 1)
     if (tma_rows > 0) {
       // TMA (tma_rows > 0: runs of that many slots are contiguous: the page, or all of a
       // contiguous request): warp 0 issues a tile's boxes of tma_rows x 64 columns, each lane some
-      // of them, after lane 0's arrival announced the tile's bytes; the other threads arrive
-      // plainly (full[] counts 128). The last tile of a request, when it has rows past kv_len,
+      // of them, after thread 0's arrival announced the tile's bytes; the other 127 threads
+      // arrive plainly (full[] counts 128). The last tile of a request, when it has rows past kv_len,
       // is gathered by cp.async instead (its zeros). Tile 0's arrivals wait for Q.
       if (tid == 0) {
         tma_prefetch_map(&tm_k);
@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(384, 1)
         if (n0 + kBlockN <= kv_len) {
           if (i == 0) cp_async_wait<0>();  // Q
           if (i == 0) fence_proxy_async();
+          if (tid == 0) mbar_arrive_expect_tx(full(s), T::kStageBytes);
           if (tid < 32) {
-            if (tid == 0) mbar_arrive_expect_tx(full(s), T::kStageBytes);
             __syncwarp();
             for (int bx = tid; bx < boxes; bx += 32) {
               const int run = bx % runs;
@@ -204,9 +204,8 @@ __global__ void __launch_bounds__(384, 1)
                   (is_v ? sV(s) : sK(s)) + cb * kBlockN * 128 + run * tma_rows * 128;
               tma_load_3d(dst, is_v ? &tm_v : &tm_k, cb * 64, kvh, slot, full(s));
             }
-          } else {
-            mbar_arrive(full(s));
           }
+          if (tid != 0) mbar_arrive(full(s));
         } else {
           gather_tile(i, s);
           cp_async_wait<0>();
