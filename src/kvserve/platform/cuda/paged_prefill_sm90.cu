@@ -478,8 +478,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // The slots a TMA box may cover in one run (0: no TMA for this launch): a whole tile for
-// contiguous K/V, a page of 8+ slots (a box must start on a 1024-byte swizzle atom: 8 rows of
-// 128 bytes) up to a tile; 16-byte aligned buffers and row strides, and a known extent.
+// contiguous K/V, a page of 8+ slots (1 KiB boxes or more) up to a tile; 16-byte aligned buffers
+// and row strides, and a known extent. Smaller pages gather by cp.async: boxes of one slot (128
+// bytes) were correct but six times slower on an H100 (docs/perf/2026-12-06-tma-prefill.md).
 int sm90_tma_rows(const ops::PagedPrefillParams& p, int block_n, int64_t kv_row) {
   if (!p.tma || p.num_slots <= 0 || p.num_slots > 0x7fffffff || kv_row % 8 != 0 ||
       reinterpret_cast<uintptr_t>(p.k_cache) % 16 != 0 ||

@@ -79,7 +79,8 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 
 // TMA: a box of a 3-D tensor (tensor map `map`, a __grid_constant__ kernel parameter) at
 // coordinates (c0, c1, c2) into shared memory at `dst`, counted on mbarrier `bar` as it lands.
-// With the map's 128-byte swizzle, `dst` must be 1024-byte aligned.
+// With the map's 128-byte swizzle the pattern follows `dst`'s address bits, as tile_offset()'s
+// does: a box may start on any 128-byte row of a 1024-byte-aligned tile.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2,
                                             uint32_t bar) {
   asm volatile(
