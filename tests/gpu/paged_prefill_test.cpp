@@ -265,6 +265,99 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
   }
 }
 
+// A fresh prefill (no request with cached positions) whose caller kept its k / v rows
+// (AttentionIO::new_kv_rows) is read from those rows in the kernels' contiguous mode: the output
+// equals the read through the pool bit for bit (same values, same tiles), for cuda-paged at pages
+// 1 / 16 / 64 and for cuda-ragged; and the rows are what it reads (rows changed after the store
+// change the output, the pool read does not see them).
+TEST(CudaPagedBackendFreshPrefill, ReadsTheNewRowsLikeThePool) {
+  auto cuda = cuda_or_null();
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  constexpr int32_t kHeads = 32, kKvHeads = 8, kDim = 128;
+  const std::vector<int32_t> lens = {700, 17, 1, 300, 129};
+  for (const bool ragged : {false, true}) {
+    for (const int32_t ps : {1, 16, 64}) {
+      if (ragged && ps != 1) continue;
+      SCOPED_TRACE(std::string(ragged ? "cuda-ragged" : "cuda-paged") + " page " +
+                   std::to_string(ps));
+      auto pool = std::move(mem::MHATokenToKVPool::create(*cuda, {.num_layers = 1,
+                                                                  .num_kv_heads = kKvHeads,
+                                                                  .head_dim = kDim,
+                                                                  .size = 8192,
+                                                                  .page_size = ps,
+                                                                  .dtype = DType::kBF16})
+                                .value());
+      mem::ReqToTokenPool rows(8, 2048);
+      auto mirror = std::move(mem::DeviceReqToToken::create(*cuda, rows).value());
+      auto alloc = mem::make_allocator(8192, ps);
+      mem::ChunkCache cache(rows, *alloc);
+      const mem::KvMemory memory{rows, *alloc, cache};
+      auto backend = ragged ? attention::make_cuda_ragged_backend(*cuda)
+                            : attention::make_cuda_paged_backend(*cuda);
+      const attention::AttentionLayer layer{.layer_id = 0,
+                                            .num_heads = kHeads,
+                                            .num_kv_heads = kKvHeads,
+                                            .head_dim = kDim,
+                                            .scaling = 1.0f / std::sqrt(float(kDim))};
+      std::vector<mem::KvReqState> kv(lens.size());
+      std::vector<mem::KvReqState*> ptrs;
+      std::vector<mem::ForwardRequest> fwd;
+      for (auto& r : kv)
+        ptrs.push_back(&r);
+      std::vector<int32_t> loc;
+      ASSERT_TRUE(mem::alloc_for_extend(memory, ptrs, lens, loc).is_ok());
+      for (size_t b = 0; b < lens.size(); ++b)
+        fwd.push_back({kv[b].row, 0, std::vector<int32_t>(lens[b], 1)});
+      mem::ForwardBatch batch = mem::make_forward_batch(mem::ForwardMode::kExtend, fwd, loc, rows);
+      batch.kv_pool = pool.get();
+      batch.req_to_token_device = mirror.get();
+      const int64_t n = batch.num_tokens();
+      const uint32_t seed = 7 + ps + (ragged ? 100 : 0);
+      std::cout << "[ seed     ] " << seed << "\n";
+      std::mt19937 rng(seed);
+      std::normal_distribution<float> normal(0.f, 1.f);
+      auto upload = [&](int64_t elems) {
+        std::vector<uint16_t> h(static_cast<size_t>(elems));
+        for (auto& x : h)
+          x = float_to_bf16(normal(rng));
+        auto buf = std::move(cuda->allocate_buffer(h.size() * 2).value());
+        cuda->copy(buf.data(), h.data(), h.size() * 2, platform::CopyKind::kHostToDevice);
+        return buf;
+      };
+      const Buffer q = upload(n * kHeads * kDim), k = upload(n * kKvHeads * kDim),
+                   v = upload(n * kKvHeads * kDim);
+      KV_CHECK(backend->init_forward_metadata(batch).is_ok());
+      attention::AttentionIO io{
+          .q = q.data(), .k = k.data(), .v = v.data(), .out = nullptr, .dtype = DType::kBF16};
+      attention::store_kv(*backend, io, layer, batch);
+      auto forward = [&](bool new_rows) {
+        auto out = std::move(cuda->allocate_buffer(n * kHeads * kDim * 2).value());
+        io.out = out.data();
+        io.new_kv_rows = new_rows;
+        KV_CHECK(backend->forward(io, layer, batch).is_ok());
+        std::vector<uint16_t> h(static_cast<size_t>(n * kHeads * kDim));
+        cuda->copy(h.data(), out.data(), h.size() * 2, platform::CopyKind::kDeviceToHost);
+        cuda->synchronize();
+        return h;
+      };
+      const std::vector<uint16_t> from_pool = forward(false);
+      const std::vector<uint16_t> from_rows = forward(true);
+      EXPECT_TRUE(from_rows == from_pool);
+      // Scale the rows' V after the store: the output from the rows moves, the pool's does not.
+      std::vector<uint16_t> hv(static_cast<size_t>(n * kKvHeads * kDim));
+      cuda->copy(hv.data(), v.data(), hv.size() * 2, platform::CopyKind::kDeviceToHost);
+      for (auto& x : hv)
+        x = float_to_bf16(2.0f * bf16_to_float(x));
+      cuda->copy(const_cast<void*>(v.data()), hv.data(), hv.size() * 2,
+                 platform::CopyKind::kHostToDevice);
+      EXPECT_FALSE(forward(true) == from_pool);
+      EXPECT_TRUE(forward(false) == from_pool);
+      for (auto& r : kv)
+        mem::release_kv_cache(memory, r, {}, false);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaPagedBackendPrefill,
                          testing::Values(DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2),
                          [](const testing::TestParamInfo<DType>& i) {

@@ -59,6 +59,11 @@ struct AttentionIO {
   const void* v = nullptr;  // [num_tokens, num_kv_heads, head_dim]
   void* out = nullptr;      // [num_tokens, num_heads, head_dim]
   DType dtype = DType::kF32;
+  // The caller wrote k and v (self-attention): a backend may read a fresh prefill's K/V (no
+  // request with cached positions) from these rows instead of the pool they were stored into.
+  // False where k / v are not written (a KV store fused into the rope kernel writes only the
+  // cache) or not laid out as above.
+  bool new_kv_rows = false;
 };
 
 // What a backend sizes its decode-graph state for (AttentionBackend::init_decode_graph_state).

@@ -302,6 +302,19 @@ class CudaPagedBackend final : public AttentionBackend {
     return Status::ok();
   }
 
+  // Whether a prefill's K/V are exactly the caller's new rows, with the pool's values: self-
+  // attention, no request with cached positions (every request's KV length is its query count),
+  // rows the caller wrote in the pool's dtype, stored unscaled, and a head dim the paged kernels
+  // take.
+  static bool fresh_prefill_rows(const AttentionIO& io, const AttentionLayer& layer,
+                                 const QuerySet& qs, const mem::ForwardBatch& batch,
+                                 const mem::MHATokenToKVPool& pool) {
+    return qs.prefill && io.new_kv_rows && !layer.is_cross_attention && io.k != nullptr &&
+           io.v != nullptr && qs.total_kv == batch.num_tokens() &&
+           io.dtype == pool.config().dtype && pool.k_scale(layer.layer_id) == 1.0f &&
+           pool.v_scale(layer.layer_id) == 1.0f && paged_head_dim(layer.head_dim);
+  }
+
   Status run(const AttentionIO& io, const AttentionLayer& layer, const mem::ForwardBatch& batch) {
     mem::MHATokenToKVPool& pool = *batch.kv_pool;
     const DType kv_dtype = pool.config().dtype;
@@ -326,7 +339,19 @@ class CudaPagedBackend final : public AttentionBackend {
     const int32_t* page_ids = index_ptr_ + qs.pages.out;
     int32_t page_size = pool.config().page_size;
     int64_t num_slots = pool.num_slots();
-    if (options_.gather) {
+    const int32_t* page_indptr = meta + qs.pages.indptr;
+    if (fresh_prefill_rows(io, layer, qs, batch, pool)) {
+      // Every KV position is a new row: read the caller's k / v rows in the kernels' contiguous
+      // mode (row qo_indptr[b] + position), the values the pool holds, without the page table
+      // (the Hopper prefill kernel then loads whole tiles by TMA at any page size) and, for
+      // cuda-ragged, without the gather.
+      k_cache = io.k;
+      v_cache = io.v;
+      page_ids = nullptr;
+      page_size = 1;
+      page_indptr = meta + qo_indptr_;
+      num_slots = batch.num_tokens();
+    } else if (options_.gather) {
       if (!paged_head_dim(layer.head_dim)) return run_varlen(io, layer, batch, qs);
       KV_RETURN_IF_ERROR(gather(qs, layer, pool, kv_dtype));
       k_cache = k_gathered_.data();
@@ -344,7 +369,7 @@ class CudaPagedBackend final : public AttentionBackend {
           .k_scale = k_scale,
           .v_scale = v_scale,
           .qo_indptr = meta + qo_indptr_,
-          .page_indptr = meta + qs.pages.indptr,
+          .page_indptr = page_indptr,
           .page_ids = page_ids,
           .kv_lens = meta + qs.kv_lens,
           .out = io.out,

@@ -458,7 +458,11 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
     // The q/k norms sit between the split and the rotation: split unrotated (rotary_dim 0), norm
     // each head in place, then rotate; the K/V store is then the unfused one.
     if (fam.qk_norm) split.rotary_dim = 0;
-    const bool fuse_store = fusable && !fam.qk_norm &&
+    // With KernelSwitches::prefill_new_rows an extend keeps its k / v rows, which its attention
+    // may read in place of the pool (AttentionIO::new_kv_rows: a fresh prefill's K/V as
+    // contiguous rows), and pays one store kernel per layer for it.
+    const bool new_rows = platform_.kernel_switches().prefill_new_rows && !batch.is_decode();
+    const bool fuse_store = fusable && !new_rows && !fam.qk_norm &&
                             batch.kv_pool->k_scale(static_cast<int32_t>(li)) == 1.0f &&
                             batch.kv_pool->v_scale(static_cast<int32_t>(li)) == 1.0f;
     if (fuse_store) {
@@ -493,8 +497,12 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                                           .scaling = fam.attention_scaling,
                                           .window_left = fam.window_left[li],
                                           .logit_softcap = fam.attn_logit_softcap};
-    const attention::AttentionIO io{
-        .q = w.q.data(), .k = w.k.data(), .v = w.v.data(), .out = w.attn.data(), .dtype = dtype_};
+    const attention::AttentionIO io{.q = w.q.data(),
+                                    .k = w.k.data(),
+                                    .v = w.v.data(),
+                                    .out = w.attn.data(),
+                                    .dtype = dtype_,
+                                    .new_kv_rows = new_rows};
     if (caller_stores && !fuse_store) attention::store_kv(backend, io, layer, batch);
     KV_RETURN_IF_ERROR(backend.forward(io, layer, batch));
     gemm(w.attn, l.o_proj, nullptr, w.hidden, n, h, qd);
