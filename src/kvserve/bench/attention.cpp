@@ -430,8 +430,9 @@ Result<AttentionBenchResult> run_prefill_bench(platform::Platform& platform,
   p.page_indptr = static_cast<const int32_t*>(d_indptr);
   p.page_ids = c.contiguous ? nullptr : static_cast<const int32_t*>(d_pages);
   p.kv_lens = static_cast<const int32_t*>(d_kv);
-  p.num_slots = static_cast<int64_t>(pool.k.size()) /
-                (int64_t{c.num_kv_heads} * c.head_dim * static_cast<int64_t>(dtype_size(c.kv_dtype)));
+  p.num_slots =
+      static_cast<int64_t>(pool.k.size()) /
+      (int64_t{c.num_kv_heads} * c.head_dim * static_cast<int64_t>(dtype_size(c.kv_dtype)));
   p.batch = batch;
   p.total_q = total_q;
   p.num_q_heads = c.num_q_heads;

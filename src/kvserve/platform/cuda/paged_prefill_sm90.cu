@@ -35,8 +35,8 @@
 // Limits (the dispatch checks them): bf16 K/V, head_dim 64, 128 or 256, no sliding window or
 // soft-capping, GQA groups 1..8, page sizes 1..128 (powers of two).
 #include <cuda.h>
-#include <cuda_bf16.h>
 #include <cudaTypedefs.h>
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -173,10 +173,10 @@ __global__ void __launch_bounds__(384, 1)
     };
     if (tma_rows > 0) {
       // TMA (tma_rows > 0: runs of that many slots are contiguous: the page, or all of a
-      // contiguous request): warp 0 issues a tile's boxes of tma_rows x 64 columns, each lane some
-      // of them, after thread 0's arrival announced the tile's bytes; the other 127 threads
-      // arrive plainly (full[] counts 128). The last tile of a request, when it has rows past kv_len,
-      // is gathered by cp.async instead (its zeros). Tile 0's arrivals wait for Q.
+      // contiguous request): warp 0 issues a tile's boxes of tma_rows x 64 columns, each lane
+      // some of them, after thread 0's arrival announced the tile's bytes; the other 127 threads
+      // arrive plainly (full[] counts 128). The last tile of a request, when it has rows past
+      // kv_len, is gathered by cp.async instead (its zeros). Tile 0's arrivals wait for Q.
       if (tid == 0) {
         tma_prefetch_map(&tm_k);
         tma_prefetch_map(&tm_v);
@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(384, 1)
               const int cb = (bx / runs) % (HEAD_DIM / 64);
               const bool is_v = bx >= boxes / 2;
               const int t = n0 + run * tma_rows;
-              const int slot = CONTIGUOUS ? first + t
-                                          : (pages[t >> page_shift] << page_shift) | (t & page_mask);
+              const int slot =
+                  CONTIGUOUS ? first + t : (pages[t >> page_shift] << page_shift) | (t & page_mask);
               const uint32_t dst =
                   (is_v ? sV(s) : sK(s)) + cb * kBlockN * 128 + run * tma_rows * 128;
               tma_load_3d(dst, is_v ? &tm_v : &tm_k, cb * 64, kvh, slot, full(s));

@@ -1,7 +1,7 @@
 // Hopper (sm_90a) building blocks of the warp-specialised prefill kernel (paged_prefill_sm90.cu):
 // wgmma shared-memory descriptors for the 128-byte swizzle, the wgmma fences and groups,
-// mbarriers, TMA loads, setmaxnreg, named barriers and the async-proxy fence. The mma_async wrappers
-// themselves (one per N) are generated: wgmma_sm90_gen.cuh.
+// mbarriers, TMA loads, setmaxnreg, named barriers and the async-proxy fence. The mma_async
+// wrappers themselves (one per N) are generated: wgmma_sm90_gen.cuh.
 //
 // Shared-memory tiles (what the descriptors below describe). A tile of R rows x D bf16 columns
 // is stored as D / 64 column blocks of R x 128 bytes (64 elements); inside a block, row r's
