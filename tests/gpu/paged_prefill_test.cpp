@@ -33,6 +33,17 @@ std::unique_ptr<platform::Platform> cuda_or_null() {
   return p.is_ok() ? std::move(p).value() : nullptr;
 }
 
+// `elems` bf16 values drawn from `normal` with `rng`, in a new device buffer.
+Buffer upload_normal_bf16(platform::Platform& cuda, std::mt19937& rng,
+                          std::normal_distribution<float>& normal, int64_t elems) {
+  std::vector<uint16_t> h(static_cast<size_t>(elems));
+  for (auto& x : h)
+    x = float_to_bf16(normal(rng));
+  auto buf = std::move(cuda.allocate_buffer(h.size() * 2).value());
+  cuda.copy(buf.data(), h.data(), h.size() * 2, platform::CopyKind::kHostToDevice);
+  return buf;
+}
+
 struct Case {
   int32_t page_size;
   int32_t group;
@@ -177,14 +188,7 @@ TEST_P(CudaPagedBackendPrefill, ExtendMatchesPerTokenDecode) {
     std::mt19937 rng(ps);
     std::normal_distribution<float> normal(0.f, 1.f);
     // Device activations: q/out [n, heads, dim], k/v [n, kv_heads, dim], bf16.
-    auto upload = [&](int64_t elems) {
-      std::vector<uint16_t> h(static_cast<size_t>(elems));
-      for (auto& x : h)
-        x = float_to_bf16(normal(rng));
-      auto buf = std::move(cuda->allocate_buffer(h.size() * 2).value());
-      cuda->copy(buf.data(), h.data(), h.size() * 2, platform::CopyKind::kHostToDevice);
-      return buf;
-    };
+    auto upload = [&](int64_t elems) { return upload_normal_bf16(*cuda, rng, normal, elems); };
     auto run = [&](attention::AttentionBackend& backend, const mem::ForwardBatch& batch,
                    const Buffer& q, const Buffer& k, const Buffer& v) {
       const int64_t n = batch.num_tokens();
@@ -316,14 +320,7 @@ TEST(CudaPagedBackendFreshPrefill, ReadsTheNewRowsLikeThePool) {
       std::cout << "[ seed     ] " << seed << "\n";
       std::mt19937 rng(seed);
       std::normal_distribution<float> normal(0.f, 1.f);
-      auto upload = [&](int64_t elems) {
-        std::vector<uint16_t> h(static_cast<size_t>(elems));
-        for (auto& x : h)
-          x = float_to_bf16(normal(rng));
-        auto buf = std::move(cuda->allocate_buffer(h.size() * 2).value());
-        cuda->copy(buf.data(), h.data(), h.size() * 2, platform::CopyKind::kHostToDevice);
-        return buf;
-      };
+      auto upload = [&](int64_t elems) { return upload_normal_bf16(*cuda, rng, normal, elems); };
       const Buffer q = upload(n * kHeads * kDim), k = upload(n * kKvHeads * kDim),
                    v = upload(n * kKvHeads * kDim);
       KV_CHECK(backend->init_forward_metadata(batch).is_ok());
