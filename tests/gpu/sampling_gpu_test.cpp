@@ -268,6 +268,47 @@ TEST_F(SamplingGpuTest, DeviceMatchesHostToken) {
   }
 }
 
+// Rows split over clusters of 2, 5 and 8 CTAs (17, 75, 125 and 147 tiles of 2048 logits, the last
+// two 16 and 19 tiles per CTA; the 128k rows above take 4 CTAs of 16): the CTAs' partial maxima,
+// sums, bin counts, gathered tokens and chunk sums combine into the host's tokens and logprobs,
+// with penalties on tokens of every CTA's segment.
+TEST_F(SamplingGpuTest, RowsSplitOverClustersMatchHost) {
+  int compared = 0, skipped = 0, sampled_rows = 0;
+  for (const int64_t vocab : {34000, 152064, 256000, 300000}) {
+    for (const Mode m : kModes) {
+      const Batch b = random_batch(m, vocab, 5);
+      const Out dev = run_device(b, true);
+      const Out host = run_host(b, true);
+      for (int64_t r = 0; r < b.rows(); ++r) {
+        const auto ref = reference(b, r);
+        if (b.params[r].greedy != 0) {
+          ASSERT_EQ(dev.tokens[r], ref.token) << mode_name(m) << " vocab " << vocab << " row " << r;
+        } else {
+          ++sampled_rows;
+          if (ref.margin < 1e-5) {
+            ++skipped;
+            continue;
+          }
+          ++compared;
+          ASSERT_EQ(host.tokens[r], ref.token) << mode_name(m) << " vocab " << vocab;
+          ASSERT_EQ(dev.tokens[r], host.tokens[r])
+              << mode_name(m) << " vocab " << vocab << " row " << r << " margin " << ref.margin;
+        }
+        if (b.csr.offsets[r + 1] > b.csr.offsets[r]) {
+          EXPECT_TRUE(std::isnan(dev.logprobs[r])) << r;
+        } else {
+          const std::span<const float> raw(b.logits.data() + r * vocab, static_cast<size_t>(vocab));
+          EXPECT_NEAR(dev.logprobs[r], ops::cpu::token_logprob(raw, dev.tokens[r]), 1e-4)
+              << mode_name(m) << " vocab " << vocab << " row " << r;
+        }
+      }
+    }
+  }
+  std::cout << "[ rows     ] clusters: " << compared << " sampled rows equal, " << skipped << " of "
+            << sampled_rows << " skipped within 1e-5 of a boundary" << std::endl;
+  EXPECT_GE(compared, sampled_rows * 9 / 10);
+}
+
 TEST_F(SamplingGpuTest, SeededRowIgnoresItsBatch) {
   for (const int64_t vocab : {1000, 128256}) {
     const Batch big = random_batch(Mode::kCombined, vocab, 33);

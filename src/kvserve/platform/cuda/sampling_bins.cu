@@ -1,39 +1,52 @@
 // Token sampling on the device, the default kernel (ops::sample_rows; the semantics are in
 // ops/sampling_params.h, the CPU implementation in ops/sampling.cpp is the reference, and
-// sampling.cu keeps the radix-select kernel for A/B). One CTA of 512 threads per row; the row is
-// streamed (float4, 4 tiles of 2048 logits in flight per thread) at most four times, no sort of
-// the row and no float64 atomics:
-//   1. penalties in place; max and argmax (lowest id on ties) in one pass; when a row needs them,
-//      the same pass keeps online sums over the running max: of exp(logit) (the raw row's
+// sampling.cu keeps the radix-select kernel for A/B). Each row is split over a cluster of CTAs of
+// 512 threads (a thread block cluster on sm_90, up to 8 CTAs; one CTA elsewhere): CTA r owns a
+// contiguous run of 2048-logit tiles (its segment) and keeps it in shared memory, so the row is
+// read from global memory once, and the cluster's CTAs exchange partial results through
+// distributed shared memory. No sort of the row and no float64 atomics:
+//   1. penalties in place (each CTA its segment's tokens); the segment streamed into shared memory
+//      (float4, 8 tiles in flight per thread) with its max and argmax (lowest id on ties) and,
+//      when a row needs them, online sums over the running max: of exp(logit) (the raw row's
 //      log-sum-exp, for logprobs) and of exp(logit / temperature) (the row's mass, the base of a
-//      top-p target without top-k). A greedy row stops here;
-//   2. top-k / top-p: one pass counts the tokens of 4096 bins of the distance below the max,
-//      d = (max - logit) / temperature in [0, 32) (1/128 nat each; the rest overflow). Bins
-//      follow the order (logit desc, id asc), so the scan of the counts names the bin holding the
-//      k-th token, and the counts times each bin's probability bounds (exp(-d) at its two edges,
-//      widened for f32 rounding) bound the mass before every bin, which places the top-p target
-//      (p * M_k, M_k the top-k mass or the row's mass) to the few bins it can fall in;
-//   3. one pass gathers the tokens of those bins (at most 2048: (key, id) packed in 64 bits) into
-//      shared memory with their exact masses; up to 512 are ordered by rank counting, more by a
-//      bitonic sort; a block scan of their masses places the
-//      k-th token (its key and id, and M_k) and the first token whose cumulative mass reaches
-//      p * M_k exactly as the host does. A row whose bins cannot decide (the boundary beyond
-//      d = 32, more than 2048 tokens to gather, or a target landing in an ungathered bin by
-//      rounding) takes the radix select instead (sampling_radix.cuh);
-//   4. the draw: one pass sums the kept mass (the two boundaries and min-p) of each 128-id chunk
-//      (a warp scan: warp w of tile t owns ids [2048 t + 128 w, + 128)), one block scan over the
-//      chunk sums places u * kept mass in a chunk, and one warp rescans that chunk for the first
-//      kept token in id order whose cumulative mass exceeds it (the last kept one if rounding
-//      leaves none).
+//      top-p target without top-k). The CTAs' partials combine into the row's (every CTA reads
+//      all of them); a greedy row stops here;
+//   2. top-k / top-p: each CTA counts its tokens in 4096 bins of the distance below the max,
+//      d = (max - logit) / temperature in [0, 32) (1/128 nat each; the rest overflow), and every
+//      CTA sums the cluster's counts. Bins follow the order (logit desc, id asc), so the scan of
+//      the counts names the bin holding the k-th token, and the counts times each bin's
+//      probability bounds (exp(-d) at its two edges, widened for f32 rounding) bound the mass
+//      before every bin, which places the top-p target (p * M_k, M_k the top-k mass or the row's
+//      mass) to the few bins it can fall in;
+//   3. each CTA gathers its tokens of those bins ((key, id) packed in 64 bits) with the exact
+//      masses before them, and every CTA merges the cluster's (at most 2048 in all); up to 512
+//      are ordered by rank counting, more by a bitonic sort; a block scan of their masses places
+//      the k-th token (its key and id, and M_k) and the first token whose cumulative mass reaches
+//      p * M_k exactly as the host does. Steps 2-3 run alike in every CTA of the cluster, on the
+//      same merged data, so all of them reach the same boundaries. A row whose bins cannot decide
+//      (the boundary beyond d = 32, more than 2048 tokens to gather, or a target landing in an
+//      ungathered bin by rounding) takes the radix select over the whole row in every CTA
+//      (sampling_radix.cuh);
+//   4. the draw: each CTA sums the kept mass (the two boundaries and min-p) of each of its
+//      128-id chunks (a warp scan: warp w of tile t owns ids [2048 t + 128 w, + 128)); CTA 0
+//      collects the row's chunk sums, one block scan over them places u * kept mass in a chunk,
+//      and one warp rescans that chunk for the first kept token in id order whose cumulative mass
+//      exceeds it (the last kept one if rounding leaves none).
 // The draw and the kept set are the host's (one u per (seed, step), kept tokens visited in id
 // order), so seeded tokens equal the host's and the radix kernel's except where a draw or a
 // threshold falls within float rounding of a boundary. Probabilities are exp(-d) in f32; sums of
-// more than one chunk are f64.
+// more than one chunk are f64. The cluster size depends on the vocabulary alone (about 16 tiles,
+// 128 KiB, per CTA: 4 CTAs for a 128k vocabulary), so a row's sums, and its token, do not depend
+// on its batch.
+#include <cooperative_groups.h>
+
+#include <array>
 #include <cfloat>
 #include <climits>
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <mutex>
 
 #include "kvserve/platform/cuda/cuda_check.h"
 #include "kvserve/platform/cuda/ops.h"
@@ -45,7 +58,8 @@ namespace {
 
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 4 * kThreads;  // logits per block-wide float4 step
-constexpr int kUnroll = 4;           // tiles whose loads are in flight together
+constexpr int kTileBytes = kTile * static_cast<int>(sizeof(float));
+constexpr int kStreamUnroll = 8;  // tiles whose global loads are in flight together
 constexpr int kNumBins = 4096;
 constexpr float kBinsPerNat = 128.0f;
 constexpr float kRange = kNumBins / kBinsPerNat;  // distances at or beyond it overflow
@@ -56,27 +70,94 @@ constexpr int kCapPerThread = kCap / kThreads;
 constexpr int kChunk = 128;  // ids per warp per tile
 constexpr int kMaxChunks = 4096;
 constexpr int kChunksPerThread = kMaxChunks / kThreads;
+constexpr int kMaxCluster = 8;  // the portable cluster size
 static_assert(kNumBins % kThreads == 0 && kCap % kThreads == 0 && kMaxChunks % kThreads == 0);
 static_assert(kChunk * kWarps == kTile);
 
-}  // namespace
+// The CTAs that share one row: a thread block cluster on sm_90 (the launch sets its size), a
+// cluster of one elsewhere.
+struct RowCluster {
+  __device__ static int rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+    return 0;
+#endif
+  }
+  __device__ static int size() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+#else
+    return 1;
+#endif
+  }
+  // A barrier of every thread of the cluster; memory written before it (shared or global) is
+  // visible to every CTA of the cluster after it.
+  __device__ static void sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#else
+    __syncthreads();
+#endif
+  }
+  // `p` (this CTA's shared memory) in CTA r's shared memory.
+  template <typename T>
+  __device__ static T* peer(T* p, int r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(p, static_cast<unsigned>(r));
+#else
+    (void)r;
+    return p;
+#endif
+  }
+};
 
-// The largest vocabulary the binned kernel takes (its chunk sums live in shared memory); larger
-// rows go to the radix kernel.
-constexpr int64_t kBinsMaxVocab = int64_t{kMaxChunks} * kChunk;
+// The tiles [tile0, tile0 + ntiles) of a row that one CTA owns, `cache` their logits in shared
+// memory (kTile per tile; zeros past the row's end).
+struct Segment {
+  const float* cache;
+  int tile0;
+  int ntiles;
+  int vocab;
+};
 
-namespace {
+// CTA `rank`'s tiles of a row of `vocab` logits split over `size` CTAs.
+__device__ __forceinline__ void segment_tiles(int vocab, int size, int rank, int* tile0,
+                                              int* ntiles) {
+  const int total = (vocab + kTile - 1) / kTile;
+  const int per = (total + size - 1) / size;
+  *tile0 = min(total, rank * per);
+  *ntiles = min(total, *tile0 + per) - *tile0;
+}
 
 using BlockScanI = cub::BlockScan<int, kThreads>;
+
+// One CTA's partial results, read by the other CTAs of its cluster.
+struct Partial {
+  float max;          // of the segment (-FLT_MAX if none)
+  int arg;            // lowest id holding it (INT_MAX if none)
+  double lse;         // sum of exp(logit - max) over the segment (when the row needs it)
+  double z;           // sum of exp((logit - max) / temperature) (when the row needs it)
+  int gathered;       // step 3: tokens gathered
+  double k_mass;      // step 3: exact mass before the k-th token's bin
+  double range_mass;  // step 3: exact mass before the top-p range
+};
 
 struct BinsSmem {
   union {
     Smem radix;  // the fallback's (sampling_radix.cuh); its cub storage is its own
     struct {
-      int count[kNumBins];
-      unsigned long long keys[kCap];  // (~order key) << 32 | id: ascending = (logit desc, id asc)
+      int local[kNumBins];  // this CTA's counts (read by the cluster)
+      int total[kNumBins];  // the cluster's
+    } count;
+    struct {
+      unsigned long long local[kCap];  // this CTA's gathered keys (read by the cluster)
+      unsigned long long keys[kCap];   // (~order key) << 32 | id: ascending = (logit desc, id asc)
     } sel;
-    float chunk[kMaxChunks];
+    struct {
+      float local[kMaxChunks];  // this CTA's chunk sums (read by CTA 0)
+      float all[kMaxChunks];    // CTA 0: the row's
+    } chunk;
   } u;
   union {
     BlockReduceF::TempStorage rf;
@@ -85,6 +166,7 @@ struct BinsSmem {
     BlockScanD::TempStorage sd;
     BlockScanI::TempStorage si;
   } cub;
+  Partial part;
   // Broadcast slots (written by one thread, read by all after a barrier).
   float f;
   double d[4];
@@ -111,32 +193,53 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
   }
 }
 
-// f(tile, i0, v) for each of this thread's groups of 4 logits, ids i0 = kTile * tile + 4 * thread
-// + 0..3, tiles ascending (so each thread sees its ids in ascending order); kUnroll tiles' loads
-// are issued before any is used.
-template <int Unroll = kUnroll, typename F>
-__device__ __forceinline__ void for_each_tile(const float* x, int n, bool vec, const F& f) {
-  const int ntiles = (n + kTile - 1) / kTile;
+// Step 1's stream: the segment's logits from global memory into its cache, f(i, v) for each of
+// this thread's logits on the way, ids ascending (id i0 = kTile * tile + 4 * thread + 0..3, tiles
+// ascending); kStreamUnroll tiles' loads are issued before any is used.
+template <typename F>
+__device__ __forceinline__ void stream_segment(const float* x, bool vec, float* cache,
+                                               const Segment& seg, const F& f) {
   const int own = 4 * static_cast<int>(threadIdx.x);
-  for (int t0 = 0; t0 < ntiles; t0 += Unroll) {
-    float v[Unroll][4];
+  for (int t0 = 0; t0 < seg.ntiles; t0 += kStreamUnroll) {
+    float v[kStreamUnroll][4];
 #pragma unroll
-    for (int u = 0; u < Unroll; ++u)
-      load4(x, n, (t0 + u) * kTile + own, vec, v[u]);
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (t0 + u < seg.ntiles) load4(x, seg.vocab, (seg.tile0 + t0 + u) * kTile + own, vec, v[u]);
+    }
 #pragma unroll
-    for (int u = 0; u < Unroll; ++u) {
-      if (t0 + u < ntiles) f(t0 + u, (t0 + u) * kTile + own, v[u]);
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (t0 + u < seg.ntiles) {
+        *reinterpret_cast<float4*>(cache + (t0 + u) * kTile + own) =
+            make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
+        const int i0 = (seg.tile0 + t0 + u) * kTile + own;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (i0 + j < seg.vocab) f(i0 + j, v[u][j]);
+        }
+      }
     }
   }
 }
 
-// f(i, v) for each of this thread's logits, ids ascending.
-template <int Unroll = kUnroll, typename F>
-__device__ __forceinline__ void for_each_logit(const float* x, int n, bool vec, const F& f) {
-  for_each_tile<Unroll>(x, n, vec, [&](int, int i0, const float(&v)[4]) {
+// f(tile, i0, v) for each of this thread's groups of 4 cached logits (global tile index, ids
+// i0 .. i0 + 3), tiles ascending.
+template <typename F>
+__device__ __forceinline__ void for_each_tile(const Segment& seg, const F& f) {
+  const int own = 4 * static_cast<int>(threadIdx.x);
+  for (int t = 0; t < seg.ntiles; ++t) {
+    const float4 q = *reinterpret_cast<const float4*>(seg.cache + t * kTile + own);
+    const float v[4] = {q.x, q.y, q.z, q.w};
+    f(seg.tile0 + t, (seg.tile0 + t) * kTile + own, v);
+  }
+}
+
+// f(i, v) for each of this thread's cached logits, ids ascending.
+template <typename F>
+__device__ __forceinline__ void for_each_logit(const Segment& seg, const F& f) {
+  for_each_tile(seg, [&](int, int i0, const float(&v)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (i0 + j < n) f(i0 + j, v[j]);
+      if (i0 + j < seg.vocab) f(i0 + j, v[j]);
     }
   });
 }
@@ -166,39 +269,58 @@ __device__ __forceinline__ int dist_bin(float d) {
   return d < kRange ? static_cast<int>(d * kBinsPerNat) : kNumBins;  // NaN: overflow
 }
 
+// exp(-1 / kBinsPerNat): the ratio of neighbouring bin edges' probabilities.
+constexpr double kBinRatio = 0.9922179382602435;
+
 // Steps 2-3 of the header: the top-k and top-p boundaries by bins, or false when the bins cannot
-// decide (the caller then runs the radix select). Every thread returns the same.
-__device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::SampleRowParams& rp,
-                               const Dist& dist, double z_total, BinsSmem& s, Boundary* k_out,
-                               Boundary* p_out) {
+// decide (the caller then runs the radix select). Every thread of every CTA of the cluster calls
+// it and returns the same.
+__device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& rp, const Dist& dist,
+                               double z_total, BinsSmem& s, Boundary* k_out, Boundary* p_out) {
+  const int vocab = seg.vocab;
   const bool use_k = rp.top_k > 0 && rp.top_k < vocab;
   const bool use_p = rp.top_p < 1.0f;
   const int tid = static_cast<int>(threadIdx.x);
-  auto& sel = s.u.sel;
+  const int csize = RowCluster::size();
+  // This CTA's counts, then the cluster's.
   for (int b = tid; b < kNumBins; b += kThreads)
-    sel.count[b] = 0;
+    s.u.count.local[b] = 0;
   __syncthreads();
-  for_each_logit(x, vocab, vec, [&](int, float v) {
+  for_each_logit(seg, [&](int, float v) {
     const int b = dist_bin(dist(v));
-    if (b < kNumBins) atomicAdd(&sel.count[b], 1);
+    if (b < kNumBins) atomicAdd(&s.u.count.local[b], 1);
   });
-  __syncthreads();
+  RowCluster::sync();
+  for (int b = tid; b < kNumBins; b += kThreads) {
+    int n = 0;
+    for (int r = 0; r < csize; ++r)
+      n += RowCluster::peer(s.u.count.local, r)[b];
+    s.u.count.total[b] = n;
+  }
+  RowCluster::sync();  // every CTA has read the others' counts (the space is reused below)
 
   // Thread t owns bins [kBinsPerThread * t, + kBinsPerThread). A bin's tokens have probabilities
   // within [exp(-(b + 1) / kBinsPerNat), exp(-b / kBinsPerNat)] (widened for f32 rounding): lower
   // and upper bounds of the mass before each bin, which place the top-p target to a few bins; the
   // exact masses come from the gather pass.
+  // The edges' probabilities: one exp per thread, then products by kBinRatio (the same chain in
+  // every loop below, so the bounds agree bit for bit; its rounding is far inside the widening).
+  const double e_first = exp(-(kBinsPerThread * tid) / static_cast<double>(kBinsPerNat));
   int c[kBinsPerThread];
   int c_local = 0;
   double lo_local = 0;
   double hi_local = 0;
+  {
+    double e_hi = e_first;
 #pragma unroll
-  for (int j = 0; j < kBinsPerThread; ++j) {
-    const int b = kBinsPerThread * tid + j;
-    c[j] = sel.count[b];
-    c_local += c[j];
-    lo_local += c[j] * exp(-(b + 1) / static_cast<double>(kBinsPerNat)) * (1 - 1e-5);
-    hi_local += c[j] * exp(-b / static_cast<double>(kBinsPerNat)) * (1 + 1e-5);
+    for (int j = 0; j < kBinsPerThread; ++j) {
+      const double e_lo = e_hi * kBinRatio;
+      c[j] = s.u.count.total[kBinsPerThread * tid + j];
+      c_local += c[j];
+      lo_local += c[j] * e_lo * (1 - 1e-5);
+      hi_local += c[j] * e_hi * (1 + 1e-5);
+      e_hi = e_lo;
+    }
   }
   int c_before = 0;
   int c_total = 0;
@@ -225,11 +347,14 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
     int acc = c_before;
     double lo_acc = lo_before;
     double hi_acc = hi_before;
+    double e_hi = e_first;
 #pragma unroll
     for (int j = 0; j < kBinsPerThread; ++j) {
       const int b = kBinsPerThread * tid + j;
-      const double lo_w = c[j] * exp(-(b + 1) / static_cast<double>(kBinsPerNat)) * (1 - 1e-5);
-      const double hi_w = c[j] * exp(-b / static_cast<double>(kBinsPerNat)) * (1 + 1e-5);
+      const double e_lo = e_hi * kBinRatio;
+      const double lo_w = c[j] * e_lo * (1 - 1e-5);
+      const double hi_w = c[j] * e_hi * (1 + 1e-5);
+      e_hi = e_lo;
       if (acc < rp.top_k && rp.top_k <= acc + c[j]) {
         s.i[0] = b;
         s.i[4] = acc;
@@ -255,11 +380,14 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
     int acc = c_before;
     double lo_acc = lo_before;
     double hi_acc = hi_before;
+    double e_hi = e_first;
 #pragma unroll
     for (int j = 0; j < kBinsPerThread; ++j) {
       const int b = kBinsPerThread * tid + j;
-      const double lo_w = c[j] * exp(-(b + 1) / static_cast<double>(kBinsPerNat)) * (1 - 1e-5);
-      const double hi_w = c[j] * exp(-b / static_cast<double>(kBinsPerNat)) * (1 + 1e-5);
+      const double e_lo = e_hi * kBinRatio;
+      const double lo_w = c[j] * e_lo * (1 - 1e-5);
+      const double hi_w = c[j] * e_hi * (1 + 1e-5);
+      e_hi = e_lo;
       if (c[j] > 0 && hi_acc + hi_w >= t_lo && (b == 0 || hi_acc < t_lo)) {
         s.i[1] = b;
         s.i[3] = acc;
@@ -300,13 +428,15 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
   n_range = s.i[6];
   if (n_all > kCap || n_all <= 0) return false;
 
-  // Gather, then sort ascending by (~key, id), i.e. (logit desc, id asc); on the way, the exact
-  // masses before the k-th token's bin and before the range (the few likeliest tokens).
+  // Gather (each CTA its segment's tokens), then sort ascending by (~key, id), i.e. (logit desc,
+  // id asc); on the way, the exact masses before the k-th token's bin and before the range (the
+  // few likeliest tokens).
+  auto& sel = s.u.sel;
   const int k_lim = use_k ? k_bin : 0;
   const int range_lim = use_p ? lo_bin : 0;
   double k_mass_before = 0;
   double range_mass_before = 0;
-  for_each_logit(x, vocab, vec, [&](int i, float v) {
+  for_each_logit(seg, [&](int i, float v) {
     const float d = dist(v);
     const int b = dist_bin(d);
     if (b < k_lim || b < range_lim) {
@@ -317,19 +447,36 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
     if (b < kNumBins && gathered(b)) {
       const int slot = atomicAdd(&s.i[7], 1);
       if (slot < kCap) {
-        sel.keys[slot] =
+        sel.local[slot] =
             (static_cast<unsigned long long>(~order_key(v)) << 32) | static_cast<uint32_t>(i);
       }
     }
   });
   k_mass_before = BlockReduceD(s.cub.rd).Sum(k_mass_before);
-  if (tid == 0) s.d[1] = k_mass_before;
+  if (tid == 0) s.part.k_mass = k_mass_before;
   __syncthreads();
   range_mass_before = BlockReduceD(s.cub.rd).Sum(range_mass_before);
-  if (tid == 0) s.d[3] = range_mass_before;
-  __syncthreads();
-  k_mass_before = s.d[1];
-  range_mass_before = s.d[3];
+  if (tid == 0) {
+    s.part.range_mass = range_mass_before;
+    s.part.gathered = min(s.i[7], kCap);
+  }
+  RowCluster::sync();
+  // The cluster's gathered tokens, in CTA order, and its masses (every CTA sums alike).
+  k_mass_before = 0;
+  range_mass_before = 0;
+  int merged = 0;
+  for (int r = 0; r < csize; ++r) {
+    const Partial* pr = RowCluster::peer(&s.part, r);
+    const int n = pr->gathered;
+    const unsigned long long* keys = RowCluster::peer(sel.local, r);
+    for (int q = tid; q < n && merged + q < kCap; q += kThreads)
+      sel.keys[merged + q] = keys[q];
+    merged += n;
+    k_mass_before += pr->k_mass;
+    range_mass_before += pr->range_mass;
+  }
+  RowCluster::sync();                 // every CTA has read the others' tokens
+  if (merged != n_all) return false;  // cannot happen: the counts and the gather bin alike
   int n_pow2 = 1;
   while (n_pow2 < n_all)
     n_pow2 <<= 1;
@@ -468,33 +615,44 @@ __device__ bool bin_boundaries(const float* x, int vocab, bool vec, const ops::S
   return true;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::SampleRowsParams p) {
+// One row per cluster (blockIdx.y), its CTAs the cluster's ranks; dynamic shared memory holds the
+// CTA's segment (kTileBytes per tile).
+__global__ void __launch_bounds__(kThreads, 1)
+    sample_rows_bins_kernel(const ops::SampleRowsParams p) {
   __shared__ BinsSmem s;
-  const int row = blockIdx.x;
+  extern __shared__ float4 dyn_smem[];
+  float* const cache = reinterpret_cast<float*>(dyn_smem);
+  const int row = static_cast<int>(blockIdx.y);
   const int tid = static_cast<int>(threadIdx.x);
+  const int rank = RowCluster::rank();
+  const int csize = RowCluster::size();
   float* x = p.logits + static_cast<int64_t>(row) * p.ld;
   const int vocab = static_cast<int>(p.vocab);
   const bool vec = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
   const ops::SampleRowParams rp = p.row_params[row];
   const int pen_begin = p.penalty_offsets != nullptr ? p.penalty_offsets[row] : 0;
   const int pen_end = p.penalty_offsets != nullptr ? p.penalty_offsets[row + 1] : 0;
+  Segment seg{cache, 0, 0, vocab};
+  segment_tiles(vocab, csize, rank, &seg.tile0, &seg.ntiles);
 
-  apply_penalties(x, vocab, rp, p.penalty_entries, pen_begin, pen_end);
+  apply_penalties(x, vocab, rp, p.penalty_entries, pen_begin, pen_end, seg.tile0 * kTile,
+                  (seg.tile0 + seg.ntiles) * kTile);
 
-  // Max and argmax (lowest id on ties, NaNs never win) and online sums over the running max:
-  // for a row whose raw logits are still there, of exp(logit) (the logprob); for top-p without
-  // top-k, of exp(logit / temperature) (the row's mass, the top-p target's base).
+  // Step 1: the segment into shared memory, its max and argmax (lowest id on ties, NaNs never
+  // win) and online sums over the running max: for a row whose raw logits are still there, of
+  // exp(logit) (the logprob); for top-p without top-k, of exp(logit / temperature) (the row's
+  // mass, the top-p target's base).
   const bool want_lse = p.out_logprobs != nullptr && pen_end == pen_begin;
   const bool want_z = rp.greedy == 0 && rp.top_p < 1.0f && !(rp.top_k > 0 && rp.top_k < vocab);
+  const bool want_sums = want_lse || want_z;
   const float z_scale = kLog2e / rp.temperature;
   float best = -FLT_MAX;
-  int best_i = vocab;
+  int best_i = INT_MAX;
   float run_max = -INFINITY;
   float run_sum = 0.0f;
   float z_sum = 0.0f;
-  if (want_lse || want_z) {
-    // Eight tiles in flight: the running sums' exp2f would otherwise stall on each load.
-    for_each_logit<8>(x, vocab, vec, [&](int i, float v) {
+  stream_segment(x, vec, cache, seg, [&](int i, float v) {
+    if (want_sums) {
       if (v > run_max) {  // the running max (NaNs skipped); first of equals kept: ids ascend
         if (want_lse) run_sum = run_sum * exp2f((run_max - v) * kLog2e) + 1.0f;
         if (want_z) z_sum = z_sum * exp2f((run_max - v) * z_scale) + 1.0f;
@@ -503,47 +661,60 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
         if (want_lse) run_sum += exp2f((v - run_max) * kLog2e);
         if (want_z) z_sum += exp2f((v - run_max) * z_scale);
       }
-      if (v > best) {
-        best = v;
-        best_i = i;
-      }
-    });
-  } else {
-    // Greedy, top-k and temperature-only rows without logprobs: the max and argmax alone.
-    for_each_logit(x, vocab, vec, [&](int i, float v) {
-      if (v > best) {  // ids ascend within a thread: the first max stays
-        best = v;
-        best_i = i;
-      }
-    });
+    }
+    if (v > best) {  // ids ascend within a thread: the first max stays
+      best = v;
+      best_i = i;
+    }
+  });
+  // This CTA's partial: its max, the lowest id holding it, and its sums relative to its max.
+  const float seg_max = BlockReduceF(s.cub.rf).Reduce(best, MaxOp{});
+  if (tid == 0) s.f = seg_max;
+  __syncthreads();
+  const float cta_max = s.f;
+  const int cta_arg = BlockReduceI(s.cub.ri).Reduce(best == cta_max ? best_i : INT_MAX, MinOp{});
+  if (tid == 0) {
+    s.part.max = cta_max;
+    s.part.arg = cta_arg;
+    s.part.lse = 0;
+    s.part.z = 0;
   }
-  const float max_all = BlockReduceF(s.cub.rf).Reduce(best, MaxOp{});
-  if (tid == 0) s.f = max_all;
   __syncthreads();
-  const float row_max = s.f;
-  const int arg = BlockReduceI(s.cub.ri).Reduce(best == row_max ? best_i : INT_MAX, MinOp{});
-  if (tid == 0) s.i[0] = arg < vocab ? arg : 0;
-  __syncthreads();
-  int token = s.i[0];
-  double raw_sum = 0;  // valid in thread 0
   if (want_lse) {
     const double mine =
-        run_sum > 0.0f ? static_cast<double>(run_sum) * exp(static_cast<double>(run_max) - row_max)
+        run_sum > 0.0f ? static_cast<double>(run_sum) * exp(static_cast<double>(run_max) - cta_max)
                        : 0.0;
-    raw_sum = BlockReduceD(s.cub.rd).Sum(mine);
+    const double sum = BlockReduceD(s.cub.rd).Sum(mine);
+    if (tid == 0) s.part.lse = sum;
+    __syncthreads();
   }
-  __syncthreads();
-  double z_total = 0;
   if (want_z) {
     const double mine =
-        z_sum > 0.0f ? static_cast<double>(z_sum) * exp((static_cast<double>(run_max) - row_max) /
+        z_sum > 0.0f ? static_cast<double>(z_sum) * exp((static_cast<double>(run_max) - cta_max) /
                                                         static_cast<double>(rp.temperature))
                      : 0.0;
-    z_total = BlockReduceD(s.cub.rd).Sum(mine);
-    if (tid == 0) s.d[0] = z_total;
-    __syncthreads();
-    z_total = s.d[0];
+    const double sum = BlockReduceD(s.cub.rd).Sum(mine);
+    if (tid == 0) s.part.z = sum;
   }
+  RowCluster::sync();
+  // The row's: every thread combines the cluster's partials in rank order.
+  float row_max = -FLT_MAX;
+  for (int r = 0; r < csize; ++r)
+    row_max = fmaxf(row_max, RowCluster::peer(&s.part, r)->max);
+  int arg = INT_MAX;
+  double raw_sum = 0;
+  double z_total = 0;
+  for (int r = 0; r < csize; ++r) {
+    const Partial* pr = RowCluster::peer(&s.part, r);
+    if (pr->max == row_max) arg = min(arg, pr->arg);
+    if (pr->lse > 0) raw_sum += pr->lse * exp(static_cast<double>(pr->max) - row_max);
+    if (pr->z > 0) {
+      z_total += pr->z * exp((static_cast<double>(pr->max) - row_max) /
+                             static_cast<double>(rp.temperature));
+    }
+  }
+  RowCluster::sync();  // every CTA has read the partials (a greedy row's CTAs exit next)
+  int token = arg < vocab ? arg : 0;
 
   if (rp.greedy == 0) {
     const Dist dist{row_max, 1.0f / rp.temperature};
@@ -551,7 +722,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
     Boundary p_found;
     const bool bounded = (rp.top_k > 0 && rp.top_k < vocab) || rp.top_p < 1.0f;
     if (bounded) {
-      if (!bin_boundaries(x, vocab, vec, rp, dist, z_total, s, &k_found, &p_found)) {
+      if (!bin_boundaries(seg, rp, dist, z_total, s, &k_found, &p_found)) {
         __syncthreads();
         radix_boundaries(x, vocab, rp, row_max, s.u.radix, &k_found, &p_found);
       }
@@ -560,7 +731,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
     // Register copies (the originals' addresses were taken).
     const Boundary k_bound = k_found;
     const Boundary p_bound = p_found;
-    // The draw: the kept mass of each 128-id chunk.
+    // The draw: the kept mass of each 128-id chunk of the segment.
     const float min_p = rp.min_p;
     const auto weight = [&](int i, float v) -> float {
       if (bounded) {
@@ -573,22 +744,31 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
     const int warp = tid >> 5;
     const int lane = tid & 31;
     const int nchunks = (vocab + kChunk - 1) / kChunk;
-    for_each_tile(x, vocab, vec, [&](int tile, int i0, const float(&v)[4]) {
+    for_each_tile(seg, [&](int tile, int i0, const float(&v)[4]) {
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         sum += i0 + j < vocab ? weight(i0 + j, v[j]) : 0.0f;
       const float incl = warp_inclusive_sum(sum);
-      const int c = tile * kWarps + warp;
-      if (lane == 31 && c < nchunks) s.u.chunk[c] = incl;
+      if (lane == 31) s.u.chunk.local[(tile - seg.tile0) * kWarps + warp] = incl;
     });
-    __syncthreads();
+    RowCluster::sync();
+    if (rank == 0) {
+      // CTA r's chunks start at its first tile's.
+      const int per = (((vocab + kTile - 1) / kTile) + csize - 1) / csize;
+      for (int c = tid; c < nchunks; c += kThreads) {
+        const int r = c / kWarps / per;
+        s.u.chunk.all[c] = RowCluster::peer(s.u.chunk.local, r)[c - r * per * kWarps];
+      }
+    }
+    RowCluster::sync();  // CTA 0 has read every chunk sum
+    if (rank != 0) return;
     float cw[kChunksPerThread];
     double local = 0;
 #pragma unroll
     for (int j = 0; j < kChunksPerThread; ++j) {
       const int c = kChunksPerThread * tid + j;
-      cw[j] = c < nchunks ? s.u.chunk[c] : 0.0f;
+      cw[j] = c < nchunks ? s.u.chunk.all[c] : 0.0f;
       local += cw[j];
     }
     double before = 0;
@@ -626,8 +806,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
       c_before = 0;
     }
     if (c >= 0 && warp == 0) {
-      // The chunk again, as the pass above summed it: the first kept token whose cumulative
-      // mass exceeds u, else the last kept one.
+      // The chunk again (from global memory: the penalized row), as the pass above summed it:
+      // the first kept token whose cumulative mass exceeds u, else the last kept one.
       const int i0 = c * kChunk + 4 * lane;
       float v[4];
       load4(x, vocab, i0, vec, v);
@@ -660,6 +840,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
     }
     __syncthreads();
     token = s.i[0];
+  } else if (rank != 0) {
+    return;
   }
 
   if (tid == 0) {
@@ -672,14 +854,115 @@ __global__ void __launch_bounds__(kThreads) sample_rows_bins_kernel(const ops::S
   }
 }
 
+// How one device runs the kernel: its multiprocessors, whether it has clusters, and the dynamic
+// shared memory a CTA may take beside the kernel's static BinsSmem.
+struct DeviceLimits {
+  int sms = 0;
+  bool clusters = false;
+  int max_tiles = 0;  // tiles one CTA can cache
+};
+
+DeviceLimits device_limits() {
+  static std::mutex mu;
+  static std::array<DeviceLimits, 64> cache{};
+  int device = 0;
+  KV_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mu);
+  DeviceLimits& d = cache.at(static_cast<size_t>(device));
+  if (d.sms == 0) {
+    int major = 0;
+    int optin = 0;
+    KV_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
+    KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    KV_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attr{};
+    KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, sample_rows_bins_kernel));
+    const int dynamic = optin - static_cast<int>(attr.sharedSizeBytes);
+    d.clusters = major >= 9;
+    d.max_tiles = dynamic / kTileBytes;
+    KV_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_bins_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       d.max_tiles * kTileBytes));
+  }
+  return d;
+}
+
+// The cluster size for rows of `vocab` logits: enough CTAs that each caches at most kTargetTiles
+// tiles, up to 8, and more than that only where the shared memory needs it (at most
+// DeviceLimits::max_tiles per CTA: ~23, so ~376k logits in 8 CTAs); 0 when a row does not fit
+// (the radix kernel then runs). It depends on the vocabulary alone, never on the batch: the
+// row's sums combine the CTAs' partials, so a seeded row draws the same token whatever its batch.
+int cluster_size(int64_t vocab, const DeviceLimits& d) {
+  constexpr int64_t kTargetTiles = 16;  // 128 KiB of logits per CTA
+  const int64_t tiles = (vocab + kTile - 1) / kTile;
+  if (tiles * kWarps > kMaxChunks || d.max_tiles <= 0) return 0;
+  const int64_t max_size = std::min<int64_t>(d.clusters ? kMaxCluster : 1, tiles);
+  const int64_t want =
+      std::max((tiles + d.max_tiles - 1) / d.max_tiles,
+               std::min<int64_t>(kMaxCluster, (tiles + kTargetTiles - 1) / kTargetTiles));
+  for (int64_t c = std::max<int64_t>(want, 1); c <= max_size; ++c) {
+    if (!d.clusters) return static_cast<int>(c);
+    // The cluster must fit the device (its GPCs, with this much shared memory per CTA).
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(c), 1);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>((tiles + c - 1) / c) * kTileBytes;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(c);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, sample_rows_bins_kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      clusters = 0;
+    }
+    if (clusters > 0) return static_cast<int>(c);
+  }
+  return 0;
+}
+
+// cluster_size, remembered per device for the last vocabulary asked (the occupancy query costs
+// microseconds and a model has one vocabulary).
+int cached_cluster_size(int64_t vocab) {
+  struct Entry {
+    int64_t vocab = -1;
+    int size = 0;
+  };
+  static std::mutex mu;
+  static std::array<Entry, 64> cache{};
+  const DeviceLimits d = device_limits();
+  int device = 0;
+  KV_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mu);
+  Entry& e = cache.at(static_cast<size_t>(device));
+  if (e.vocab != vocab) e = {vocab, cluster_size(vocab, d)};
+  return e.size;
+}
+
 }  // namespace
 
 void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream) {
   if (params.rows == 0) return;
-  if (params.vocab > kBinsMaxVocab) return sample_rows_radix(params, stream);
-  sample_rows_bins_kernel<<<static_cast<unsigned>(params.rows), kThreads, 0,
-                            static_cast<cudaStream_t>(stream.ptr)>>>(params);
-  KV_CUDA_CHECK(cudaGetLastError());
+  const int csize = params.rows <= 65535 ? cached_cluster_size(params.vocab) : 0;
+  if (csize == 0) return sample_rows_radix(params, stream);
+  const int tiles = static_cast<int>((params.vocab + kTile - 1) / kTile);
+  const int per = (tiles + csize - 1) / csize;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(csize), static_cast<unsigned>(params.rows));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(per) * kTileBytes;
+  cfg.stream = static_cast<cudaStream_t>(stream.ptr);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(csize);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = device_limits().clusters ? 1 : 0;
+  KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_rows_bins_kernel, params));
 }
 
 }  // namespace kvserve::platform::cuda

@@ -70,14 +70,17 @@ struct Boundary {
 };
 
 // Repetition, frequency and presence penalties of one row, in place on its logits x from the
-// row's entries [begin, end) (unique by token, so no two threads write one logit); every thread of
-// the block calls it, and the rewritten logits are visible to the whole block on return.
+// row's entries [begin, end) (unique by token, so no two threads write one logit), for the tokens
+// of ids [lo, hi) (a CTA that owns part of the row rewrites only its part); every thread of the
+// block calls it, and the rewritten logits are visible to the whole block on return.
 __device__ __forceinline__ void apply_penalties(float* x, int vocab, const ops::SampleRowParams& rp,
                                                 const ops::PenaltyEntry* entries, int begin,
-                                                int end) {
+                                                int end, int lo = 0, int hi = INT_MAX) {
+  lo = max(lo, 0);
+  hi = min(hi, vocab);
   for (int e = begin + static_cast<int>(threadIdx.x); e < end; e += kThreads) {
     const ops::PenaltyEntry pe = entries[e];
-    if (pe.token < 0 || pe.token >= vocab) continue;
+    if (pe.token < lo || pe.token >= hi) continue;
     float l = x[pe.token];
     if (rp.repetition_penalty != 1.0f && (pe.in_prompt != 0 || pe.output_count > 0)) {
       l = l > 0 ? __fdiv_rn(l, rp.repetition_penalty) : __fmul_rn(l, rp.repetition_penalty);
