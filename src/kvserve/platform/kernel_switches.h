@@ -32,10 +32,12 @@ struct KernelSwitches {
   // KVSERVE_PREFILL_TMA=0: the sm_90a prefill kernel gathers K/V by cp.async only, never by TMA
   // (ops::PagedPrefillParams::tma).
   bool prefill_tma = true;
-  // KVSERVE_PREFILL_NEW_ROWS=1: an extend keeps its k / v rows (the KV store not fused into the
-  // rope kernel) and a fresh prefill's attention reads them instead of the pool
-  // (attention::AttentionIO::new_kv_rows; model/causal_lm.cpp). Off until measured on a GPU.
-  bool prefill_new_rows = false;
+  // KVSERVE_PREFILL_NEW_ROWS=0: an extend's KV store stays fused into the rope kernel and a fresh
+  // prefill's attention reads the pool. On (the default), an extend keeps its k / v rows and a
+  // fresh prefill's attention reads them (contiguous: TMA at any page size; 8k tokens of the 8B
+  // shape at page 1: 228 -> 211 ms on an H100, docs/perf/2026-12-06-cluster-sampler.md)
+  // (attention::AttentionIO::new_kv_rows; model/causal_lm.cpp).
+  bool prefill_new_rows = true;
   // KVSERVE_DECODE_TC_STAGES=2|3|4: K/V tiles in flight in the tensor-core decode kernel; 0: by
   // head dim (ops/paged_prefill.h: resolve_decode_tc_stages).
   int32_t decode_tc_stages = 0;
