@@ -306,7 +306,9 @@ TEST_F(SamplingGpuTest, RowsSplitOverClustersMatchHost) {
   }
   std::cout << "[ rows     ] clusters: " << compared << " sampled rows equal, " << skipped << " of "
             << sampled_rows << " skipped within 1e-5 of a boundary" << std::endl;
-  EXPECT_GE(compared, sampled_rows * 9 / 10);
+  // Rows of 152k-300k tokens put ~4e-6 of their mass on a typical token, so more of their draws
+  // land within 1e-5 of a boundary than the 128k rows above (19 of 114 on an H100).
+  EXPECT_GE(compared, sampled_rows * 3 / 4);
 }
 
 TEST_F(SamplingGpuTest, SeededRowIgnoresItsBatch) {

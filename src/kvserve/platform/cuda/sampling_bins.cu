@@ -52,6 +52,7 @@
 #include "kvserve/platform/cuda/ops.h"
 #include "kvserve/platform/cuda/sampling_radix.cuh"
 #include "kvserve/platform/cuda/sampling_radix.h"
+#include "kvserve/platform/cuda/wgmma_sm90.cuh"
 
 namespace kvserve::platform::cuda {
 namespace {
@@ -70,7 +71,8 @@ constexpr int kCapPerThread = kCap / kThreads;
 constexpr int kChunk = 128;  // ids per warp per tile
 constexpr int kMaxChunks = 4096;
 constexpr int kChunksPerThread = kMaxChunks / kThreads;
-constexpr int kMaxCluster = 8;  // the portable cluster size
+constexpr int kMaxCluster = 8;        // the portable cluster size
+constexpr int kMaxSegmentTiles = 28;  // 224 KiB: more than a CTA's shared memory holds
 static_assert(kNumBins % kThreads == 0 && kCap % kThreads == 0 && kMaxChunks % kThreads == 0);
 static_assert(kChunk * kWarps == kTile);
 
@@ -132,6 +134,19 @@ __device__ __forceinline__ void segment_tiles(int vocab, int size, int rank, int
 
 using BlockScanI = cub::BlockScan<int, kThreads>;
 
+// A thread's bins: tokens, and lower and upper bounds of their mass.
+struct BinSums {
+  int c = 0;
+  double lo = 0;
+  double hi = 0;
+};
+struct AddBinSums {
+  __device__ BinSums operator()(const BinSums& a, const BinSums& b) const {
+    return {a.c + b.c, a.lo + b.lo, a.hi + b.hi};
+  }
+};
+using BlockScanB = cub::BlockScan<BinSums, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+
 // One CTA's partial results, read by the other CTAs of its cluster.
 struct Partial {
   float max;          // of the segment (-FLT_MAX if none)
@@ -148,7 +163,6 @@ struct BinsSmem {
     Smem radix;  // the fallback's (sampling_radix.cuh); its cub storage is its own
     struct {
       int local[kNumBins];  // this CTA's counts (read by the cluster)
-      int total[kNumBins];  // the cluster's
     } count;
     struct {
       unsigned long long local[kCap];  // this CTA's gathered keys (read by the cluster)
@@ -165,6 +179,7 @@ struct BinsSmem {
     BlockReduceI::TempStorage ri;
     BlockScanD::TempStorage sd;
     BlockScanI::TempStorage si;
+    BlockScanB::TempStorage sb;
   } cub;
   Partial part;
   // Broadcast slots (written by one thread, read by all after a barrier).
@@ -195,11 +210,70 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
 
 // Step 1's stream: the segment's logits from global memory into its cache, f(i, v) for each of
 // this thread's logits on the way, ids ascending (id i0 = kTile * tile + 4 * thread + 0..3, tiles
-// ascending); kStreamUnroll tiles' loads are issued before any is used.
+// ascending). On sm_90 with a 16-byte aligned row, one thread issues a bulk copy (TMA) per tile
+// straight into shared memory, each counted on the tile's mbarrier, and the block reads each tile
+// as it lands: the whole segment is in flight at once and nothing is staged through L1, which
+// the segment's shared memory leaves small (per-thread loads went no faster than 28 KiB in flight
+// per SM). Otherwise kStreamUnroll tiles' loads per thread are in flight together.
+// `bars`: kMaxSegmentTiles mbarriers in shared memory.
 template <typename F>
 __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* cache,
-                                               const Segment& seg, const F& f) {
+                                               uint64_t* bars, const Segment& seg, const F& f) {
   const int own = 4 * static_cast<int>(threadIdx.x);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (vec) {
+    if (threadIdx.x == 0) {
+      for (int t = 0; t < seg.ntiles; ++t)
+        mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(bars + t)), 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // The penalties' generic-proxy writes (apply_penalties, before the barrier above) before
+      // the bulk copies' async-proxy reads of the same row.
+      asm volatile("fence.proxy.async.global;\n" ::: "memory");
+      for (int t = 0; t < seg.ntiles; ++t) {
+        const int begin = (seg.tile0 + t) * kTile;
+        // Whole 16-byte groups only; the row's last 1-3 logits are read below by their thread.
+        const uint32_t bytes = static_cast<uint32_t>(min(kTile, seg.vocab - begin) & ~3) * 4u;
+        const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(bars + t));
+        if (bytes == 0) {
+          mbar_arrive(bar);
+          continue;
+        }
+        mbar_arrive_expect_tx(bar, bytes);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+            "[%3];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(cache + t * kTile))),
+            "l"(x + begin), "r"(bytes), "r"(bar)
+            : "memory");
+      }
+    }
+    for (int t = 0; t < seg.ntiles; ++t) {
+      mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(bars + t)), 0);
+      const int i0 = (seg.tile0 + t) * kTile + own;
+      float4* slot = reinterpret_cast<float4*>(cache + t * kTile + own);
+      float v[4];
+      if (i0 + 3 < seg.vocab) {
+        const float4 q = *slot;
+        v[0] = q.x;
+        v[1] = q.y;
+        v[2] = q.z;
+        v[3] = q.w;
+      } else {
+        // The group the bulk copy left out (the row's end): from global memory, zero past it.
+        load4(x, seg.vocab, i0, false, v);
+        *slot = make_float4(v[0], v[1], v[2], v[3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (i0 + j < seg.vocab) f(i0 + j, v[j]);
+      }
+    }
+    return;
+  }
+#endif
+  (void)bars;
   for (int t0 = 0; t0 < seg.ntiles; t0 += kStreamUnroll) {
     float v[kStreamUnroll][4];
 #pragma unroll
@@ -291,11 +365,26 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
     if (b < kNumBins) atomicAdd(&s.u.count.local[b], 1);
   });
   RowCluster::sync();
-  for (int b = tid; b < kNumBins; b += kThreads) {
-    int n = 0;
-    for (int r = 0; r < csize; ++r)
-      n += RowCluster::peer(s.u.count.local, r)[b];
-    s.u.count.total[b] = n;
+  // Thread t owns bins [kBinsPerThread * t, + kBinsPerThread): their counts summed over the
+  // cluster (16-byte loads, every CTA's issued before any is added).
+  static_assert(kBinsPerThread == 8);
+  int c[kBinsPerThread] = {};
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) {
+    if (r < csize) {
+      const int4* src = reinterpret_cast<const int4*>(RowCluster::peer(s.u.count.local, r) +
+                                                      kBinsPerThread * tid);
+      const int4 a = src[0];
+      const int4 b = src[1];
+      c[0] += a.x;
+      c[1] += a.y;
+      c[2] += a.z;
+      c[3] += a.w;
+      c[4] += b.x;
+      c[5] += b.y;
+      c[6] += b.z;
+      c[7] += b.w;
+    }
   }
   RowCluster::sync();  // every CTA has read the others' counts (the space is reused below)
 
@@ -306,33 +395,25 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   // The edges' probabilities: one exp per thread, then products by kBinRatio (the same chain in
   // every loop below, so the bounds agree bit for bit; its rounding is far inside the widening).
   const double e_first = exp(-(kBinsPerThread * tid) / static_cast<double>(kBinsPerNat));
-  int c[kBinsPerThread];
-  int c_local = 0;
-  double lo_local = 0;
-  double hi_local = 0;
+  BinSums mine{};
   {
     double e_hi = e_first;
 #pragma unroll
     for (int j = 0; j < kBinsPerThread; ++j) {
       const double e_lo = e_hi * kBinRatio;
-      c[j] = s.u.count.total[kBinsPerThread * tid + j];
-      c_local += c[j];
-      lo_local += c[j] * e_lo * (1 - 1e-5);
-      hi_local += c[j] * e_hi * (1 + 1e-5);
+      mine.c += c[j];
+      mine.lo += c[j] * e_lo * (1 - 1e-5);
+      mine.hi += c[j] * e_hi * (1 + 1e-5);
       e_hi = e_lo;
     }
   }
-  int c_before = 0;
-  int c_total = 0;
-  BlockScanI(s.cub.si).ExclusiveSum(c_local, c_before, c_total);
-  __syncthreads();
-  double lo_before = 0;
-  double lo_total = 0;
-  BlockScanD(s.cub.sd).ExclusiveSum(lo_local, lo_before, lo_total);
-  __syncthreads();
-  double hi_before = 0;
-  double hi_total = 0;
-  BlockScanD(s.cub.sd).ExclusiveSum(hi_local, hi_before, hi_total);
+  // One block scan of the three (count, lower and upper mass bounds).
+  BinSums before_sums;
+  BinSums total_sums;
+  BlockScanB(s.cub.sb).ExclusiveScan(mine, before_sums, BinSums{}, AddBinSums{}, total_sums);
+  const int c_before = before_sums.c;
+  const double lo_before = before_sums.lo;
+  const double hi_before = before_sums.hi;
   if (tid == 0) {
     s.i[0] = -1;            // the k-th token's bin
     s.i[1] = kNumBins;      // first bin the target can fall in
@@ -620,6 +701,7 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_bins_kernel(const ops::SampleRowsParams p) {
   __shared__ BinsSmem s;
+  __shared__ uint64_t tile_bars[kMaxSegmentTiles];
   extern __shared__ float4 dyn_smem[];
   float* const cache = reinterpret_cast<float*>(dyn_smem);
   const int row = static_cast<int>(blockIdx.y);
@@ -651,7 +733,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float run_max = -INFINITY;
   float run_sum = 0.0f;
   float z_sum = 0.0f;
-  stream_segment(x, vec, cache, seg, [&](int i, float v) {
+  stream_segment(x, vec, cache, tile_bars, seg, [&](int i, float v) {
     if (want_sums) {
       if (v > run_max) {  // the running max (NaNs skipped); first of equals kept: ids ascend
         if (want_lse) run_sum = run_sum * exp2f((run_max - v) * kLog2e) + 1.0f;
@@ -879,7 +961,7 @@ DeviceLimits device_limits() {
     KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, sample_rows_bins_kernel));
     const int dynamic = optin - static_cast<int>(attr.sharedSizeBytes);
     d.clusters = major >= 9;
-    d.max_tiles = dynamic / kTileBytes;
+    d.max_tiles = std::min(kMaxSegmentTiles, dynamic / kTileBytes);
     KV_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_bins_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        d.max_tiles * kTileBytes));
