@@ -208,14 +208,14 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
   }
 }
 
-// Step 1's stream: the segment's logits from global memory into its cache, f(i, v) for each of
-// this thread's logits on the way, ids ascending (id i0 = kTile * tile + 4 * thread + 0..3, tiles
-// ascending). On sm_90 with a 16-byte aligned row, one thread issues a bulk copy (TMA) per tile
-// straight into shared memory, each counted on the tile's mbarrier, and the block reads each tile
-// as it lands: the whole segment is in flight at once and nothing is staged through L1, which
-// the segment's shared memory leaves small (per-thread loads went no faster than 28 KiB in flight
-// per SM). Otherwise kStreamUnroll tiles' loads per thread are in flight together.
-// `bars`: kMaxSegmentTiles mbarriers in shared memory.
+// Step 1's stream: the segment's logits from global memory into its cache, f(i0, v) for each of
+// this thread's groups of 4 logits on the way (ids i0 .. i0 + 3, zeros past the row's end; i0 =
+// kTile * tile + 4 * thread, tiles ascending). On sm_90 with a 16-byte aligned row, one thread
+// issues a bulk copy (TMA) per tile straight into shared memory, each counted on the tile's
+// mbarrier, and the block reads each tile as it lands: the whole segment is in flight at once and
+// nothing is staged through L1, which the segment's shared memory leaves small (per-thread loads
+// went no faster than 28 KiB in flight per SM). Otherwise kStreamUnroll tiles' loads per thread are
+// in flight together. `bars`: kMaxSegmentTiles mbarriers in shared memory.
 template <typename F>
 __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* cache,
                                                uint64_t* bars, const Segment& seg, const F& f) {
@@ -265,10 +265,7 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
         load4(x, seg.vocab, i0, false, v);
         *slot = make_float4(v[0], v[1], v[2], v[3]);
       }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (i0 + j < seg.vocab) f(i0 + j, v[j]);
-      }
+      f(i0, v);
     }
     return;
   }
@@ -285,11 +282,7 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
       if (t0 + u < seg.ntiles) {
         *reinterpret_cast<float4*>(cache + (t0 + u) * kTile + own) =
             make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
-        const int i0 = (seg.tile0 + t0 + u) * kTile + own;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (i0 + j < seg.vocab) f(i0 + j, v[u][j]);
-        }
+        f((seg.tile0 + t0 + u) * kTile + own, v[u]);
       }
     }
   }
@@ -733,20 +726,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   float run_max = -INFINITY;
   float run_sum = 0.0f;
   float z_sum = 0.0f;
-  stream_segment(x, vec, cache, tile_bars, seg, [&](int i, float v) {
-    if (want_sums) {
-      if (v > run_max) {  // the running max (NaNs skipped); first of equals kept: ids ascend
-        if (want_lse) run_sum = run_sum * exp2f((run_max - v) * kLog2e) + 1.0f;
-        if (want_z) z_sum = z_sum * exp2f((run_max - v) * z_scale) + 1.0f;
-        run_max = v;
-      } else if (v == v && run_max != -INFINITY) {
-        if (want_lse) run_sum += exp2f((v - run_max) * kLog2e);
-        if (want_z) z_sum += exp2f((v - run_max) * z_scale);
+  stream_segment(x, vec, cache, tile_bars, seg, [&](int i0, const float(&v)[4]) {
+    // Per group of 4: the first max in id order (ids ascend within a thread, so the first max
+    // stays; NaNs never win), then the running sums rescaled once to the group's max.
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool in = i0 + j < vocab;
+      if (in && v[j] > best) {
+        best = v[j];
+        best_i = i0 + j;
       }
+      if (in) m = fmaxf(m, v[j]);  // fmaxf skips NaN
     }
-    if (v > best) {  // ids ascend within a thread: the first max stays
-      best = v;
-      best_i = i;
+    if (want_sums) {
+      if (m > run_max) {
+        if (want_lse) run_sum *= exp2f((run_max - m) * kLog2e);
+        if (want_z) z_sum *= exp2f((run_max - m) * z_scale);
+        run_max = m;
+      }
+      if (run_max != -INFINITY) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (i0 + j < vocab && v[j] == v[j]) {
+            if (want_lse) run_sum += exp2f((v[j] - run_max) * kLog2e);
+            if (want_z) z_sum += exp2f((v[j] - run_max) * z_scale);
+          }
+        }
+      }
     }
   });
   // This CTA's partial: its max, the lowest id holding it, and its sums relative to its max.
@@ -810,16 +817,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       __syncthreads();
     }
-    // Register copies (the originals' addresses were taken).
-    const Boundary k_bound = k_found;
-    const Boundary p_bound = p_found;
+    // (k_found and p_found are copied: their addresses were taken.)
+    // Both keep a prefix of the order (logit desc, id asc): together, the shorter one.
+    const bool p_first =
+        p_found.key > k_found.key || (p_found.key == k_found.key && p_found.id < k_found.id);
+    const Boundary bound = p_first ? p_found : k_found;
     // The draw: the kept mass of each 128-id chunk of the segment.
     const float min_p = rp.min_p;
     const auto weight = [&](int i, float v) -> float {
-      if (bounded) {
-        const uint32_t k = order_key(v);
-        if (!k_bound.keeps(k, i) || !p_bound.keeps(k, i)) return 0.0f;
-      }
+      if (bounded && !bound.keeps(order_key(v), i)) return 0.0f;
       const float pr = dist_prob(dist(v));
       return min_p > 0.0f && pr < min_p ? 0.0f : pr;
     };
@@ -831,7 +837,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         sum += i0 + j < vocab ? weight(i0 + j, v[j]) : 0.0f;
-      const float incl = warp_inclusive_sum(sum);
+      // A chunk without kept mass (most of a filtered row) sums to zero without the scan.
+      const float incl = __any_sync(0xffffffffu, sum != 0.0f) ? warp_inclusive_sum(sum) : 0.0f;
       if (lane == 31) s.u.chunk.local[(tile - seg.tile0) * kWarps + warp] = incl;
     });
     RowCluster::sync();
