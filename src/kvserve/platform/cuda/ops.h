@@ -47,7 +47,8 @@ void split_qkv_rope(const ops::SplitQkvRopeParams& params, StreamHandle stream);
 // Greedy sampling on the device: out[r] = argmax(logits[r, :vocab]) (lowest index on ties).
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, bool pdl,
                  StreamHandle stream);
-// Token sampling (sampling.cu): one CTA per row; penalized rows are rewritten in place.
+// Token sampling (sampling_bins.cu): a cluster of CTAs per row (sampling.cu: the radix-select
+// kernel, one CTA per row); penalized rows are rewritten in place.
 void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream);
 
 // Whisper's layer ops (whisper_ops.cu), f32 / f16 / bf16, f32 arithmetic. conv1d is an im2col

@@ -1,6 +1,7 @@
 // Token sampling over rows of f32 logits (sampling_params.h states the semantics): the CUDA kernel
-// (platform/cuda/sampling.cu, one CTA per row, no sort) and the CPU implementation below, which
-// is also the engine's host sampler (engine::sample calls it), so there is one host semantics.
+// (platform/cuda/sampling_bins.cu, a cluster of CTAs per row, no sort) and the CPU implementation
+// below, which is also the engine's host sampler (engine::sample calls it), so there is one host
+// semantics.
 #pragma once
 
 #include <cstdint>
