@@ -687,6 +687,28 @@ DeviceLimits device_limits() {
   return d;
 }
 
+// The kernel's launch: `rows` clusters of `csize` CTAs (x: the rank, y: the row), each with the
+// shared memory of `tiles` tiles of a row split over the cluster; `clusters` false: no cluster
+// attribute (a device without clusters, csize 1).
+struct BinsLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  BinsLaunch(int64_t csize, int64_t rows, int64_t tiles, bool clusters, cudaStream_t stream) {
+    cfg.gridDim = dim3(static_cast<unsigned>(csize), static_cast<unsigned>(rows));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>((tiles + csize - 1) / csize) * kTileBytes;
+    cfg.stream = stream;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(csize);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = clusters ? 1 : 0;
+  }
+  BinsLaunch(const BinsLaunch&) = delete;  // cfg points at attr
+  BinsLaunch& operator=(const BinsLaunch&) = delete;
+};
+
 // The cluster size for rows of `vocab` logits: enough CTAs that each caches at most kTargetTiles
 // tiles, up to 8, and more than that only where the shared memory needs it (at most
 // DeviceLimits::max_tiles per CTA: ~23, so ~376k logits in 8 CTAs); 0 when a row does not fit
@@ -703,19 +725,10 @@ int cluster_size(int64_t vocab, const DeviceLimits& d) {
   for (int64_t c = std::max<int64_t>(want, 1); c <= max_size; ++c) {
     if (!d.clusters) return static_cast<int>(c);
     // The cluster must fit the device (its GPCs, with this much shared memory per CTA).
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(c), 1);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>((tiles + c - 1) / c) * kTileBytes;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(c);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const BinsLaunch launch(c, 1, tiles, true, nullptr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, sample_rows_bins_kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, sample_rows_bins_kernel, &launch.cfg) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       clusters = 0;
     }
@@ -748,21 +761,9 @@ void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream) {
   if (params.rows == 0) return;
   const int csize = params.rows <= 65535 ? cached_cluster_size(params.vocab) : 0;
   if (csize == 0) return sample_rows_radix(params, stream);
-  const int tiles = static_cast<int>((params.vocab + kTile - 1) / kTile);
-  const int per = (tiles + csize - 1) / csize;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(csize), static_cast<unsigned>(params.rows));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(per) * kTileBytes;
-  cfg.stream = static_cast<cudaStream_t>(stream.ptr);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(csize);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = device_limits().clusters ? 1 : 0;
-  KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_rows_bins_kernel, params));
+  const BinsLaunch launch(csize, params.rows, (params.vocab + kTile - 1) / kTile,
+                          device_limits().clusters, static_cast<cudaStream_t>(stream.ptr));
+  KV_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, sample_rows_bins_kernel, params));
 }
 
 }  // namespace kvserve::platform::cuda
