@@ -174,9 +174,10 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
 // this thread's groups of 4 logits on the way (ids i0 .. i0 + 3, zeros past the row's end; i0 =
 // kTile * tile + 4 * thread, tiles ascending). On sm_90 with a 16-byte aligned row, one thread
 // issues a bulk copy (TMA) per tile straight into shared memory, each counted on the tile's
-// mbarrier, and the block reads each tile as it lands: the whole segment is in flight at once and
-// nothing is staged through L1, which the segment's shared memory leaves small (per-thread loads
-// went no faster than 28 KiB in flight per SM). Otherwise kStreamUnroll tiles' loads per thread are
+// mbarrier, and the block reads each tile as it lands: the whole segment is in flight at once,
+// through no registers and no L1. (Measured on an H100 against kStreamUnroll per-thread loads:
+// no difference within 1 % at 1-256 rows; the passes after it are what takes the time,
+// docs/perf/2026-12-06-cluster-sampler.md.) Otherwise kStreamUnroll tiles' loads per thread are
 // in flight together. `bars`: kMaxSegmentTiles mbarriers in shared memory.
 template <typename F>
 __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* cache,
