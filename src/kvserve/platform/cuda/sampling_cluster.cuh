@@ -175,10 +175,10 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
 // kTile * tile + 4 * thread, tiles ascending). On sm_90 with a 16-byte aligned row, one thread
 // issues a bulk copy (TMA) per tile straight into shared memory, each counted on the tile's
 // mbarrier, and the block reads each tile as it lands: the whole segment is in flight at once,
-// through no registers and no L1. (Measured on an H100 against kStreamUnroll per-thread loads:
-// no difference within 1 % at 1-256 rows; the passes after it are what takes the time,
-// docs/perf/2026-12-06-cluster-sampler.md.) Otherwise kStreamUnroll tiles' loads per thread are
-// in flight together. `bars`: kMaxSegmentTiles mbarriers in shared memory.
+// through no registers and no L1. (On an H100 the change that brought it, with two others, moved
+// the sampler bench by -6 % to +5 % against kStreamUnroll per-thread loads: the passes after the
+// stream take the time, docs/perf/2026-12-06-cluster-sampler.md.) Otherwise kStreamUnroll tiles'
+// loads per thread are in flight together. `bars`: kMaxSegmentTiles mbarriers in shared memory.
 template <typename F>
 __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* cache,
                                                uint64_t* bars, const Segment& seg, const F& f) {
