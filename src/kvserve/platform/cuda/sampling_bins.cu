@@ -96,28 +96,28 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   // within [exp(-(b + 1) / kBinsPerNat), exp(-b / kBinsPerNat)] (widened for f32 rounding): lower
   // and upper bounds of the mass before each bin, which place the top-p target to a few bins; the
   // exact masses come from the gather pass.
-  // The edges' probabilities: one exp per thread, then products by kBinRatio (the same chain in
-  // every loop below, so the bounds agree bit for bit; its rounding is far inside the widening).
+  // walk_bins(f): f(j, lower, upper) for this thread's bins in order, with the bounds of bin j's
+  // mass. The edges' probabilities: one exp per thread, then products by kBinRatio (the same chain
+  // in every walk, so the bounds agree bit for bit; its rounding is far inside the widening).
   const double e_first = exp(-(kBinsPerThread * tid) / static_cast<double>(kBinsPerNat));
-  BinSums mine{};
-  {
+  const auto walk_bins = [&](const auto& f) {
     double e_hi = e_first;
 #pragma unroll
     for (int j = 0; j < kBinsPerThread; ++j) {
       const double e_lo = e_hi * kBinRatio;
-      mine.c += c[j];
-      mine.lo += c[j] * e_lo * (1 - 1e-5);
-      mine.hi += c[j] * e_hi * (1 + 1e-5);
+      f(j, c[j] * e_lo * (1 - 1e-5), c[j] * e_hi * (1 + 1e-5));
       e_hi = e_lo;
     }
-  }
-  // One block scan of the three (count, lower and upper mass bounds).
-  BinSums before_sums;
-  BinSums total_sums;
-  BlockScanB(s.cub.sb).ExclusiveScan(mine, before_sums, BinSums{}, AddBinSums{}, total_sums);
-  const int c_before = before_sums.c;
-  const double lo_before = before_sums.lo;
-  const double hi_before = before_sums.hi;
+  };
+  BinSums mine{};
+  walk_bins([&](int j, double lo_w, double hi_w) {
+    mine = AddBinSums{}(mine, {c[j], lo_w, hi_w});
+  });
+  // One block scan of the three (count, lower and upper mass bounds): `bins_before` is everything
+  // before this thread's first bin.
+  BinSums bins_before;
+  BinSums bins_total;
+  BlockScanB(s.cub.sb).ExclusiveScan(mine, bins_before, BinSums{}, AddBinSums{}, bins_total);
   if (tid == 0) {
     s.i[0] = -1;            // the k-th token's bin
     s.i[1] = kNumBins;      // first bin the target can fall in
@@ -129,27 +129,16 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
 
   // The k-th token's bin: the one whose count range holds rank k.
   if (use_k) {
-    int acc = c_before;
-    double lo_acc = lo_before;
-    double hi_acc = hi_before;
-    double e_hi = e_first;
-#pragma unroll
-    for (int j = 0; j < kBinsPerThread; ++j) {
-      const int b = kBinsPerThread * tid + j;
-      const double e_lo = e_hi * kBinRatio;
-      const double lo_w = c[j] * e_lo * (1 - 1e-5);
-      const double hi_w = c[j] * e_hi * (1 + 1e-5);
-      e_hi = e_lo;
-      if (acc < rp.top_k && rp.top_k <= acc + c[j]) {
-        s.i[0] = b;
-        s.i[4] = acc;
-        s.d[1] = lo_acc;         // at least the mass before it
-        s.d[2] = hi_acc + hi_w;  // at most the mass through it
+    BinSums acc = bins_before;
+    walk_bins([&](int j, double lo_w, double hi_w) {
+      if (acc.c < rp.top_k && rp.top_k <= acc.c + c[j]) {
+        s.i[0] = kBinsPerThread * tid + j;
+        s.i[4] = acc.c;
+        s.d[1] = acc.lo;         // at least the mass before it
+        s.d[2] = acc.hi + hi_w;  // at most the mass through it
       }
-      acc += c[j];
-      lo_acc += lo_w;
-      hi_acc += hi_w;
-    }
+      acc = AddBinSums{}(acc, {c[j], lo_w, hi_w});
+    });
   }
   __syncthreads();
   const int k_bin = use_k ? s.i[0] : kNumBins;
@@ -162,26 +151,16 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
     const double p = rp.top_p;
     const double t_lo = (use_k ? p * s.d[1] : p * z_total) * (1.0 - 1e-5);
     const double t_hi = (use_k ? p * s.d[2] : p * z_total) * (1.0 + 1e-5);
-    int acc = c_before;
-    double lo_acc = lo_before;
-    double hi_acc = hi_before;
-    double e_hi = e_first;
-#pragma unroll
-    for (int j = 0; j < kBinsPerThread; ++j) {
+    BinSums acc = bins_before;
+    walk_bins([&](int j, double lo_w, double hi_w) {
       const int b = kBinsPerThread * tid + j;
-      const double e_lo = e_hi * kBinRatio;
-      const double lo_w = c[j] * e_lo * (1 - 1e-5);
-      const double hi_w = c[j] * e_hi * (1 + 1e-5);
-      e_hi = e_lo;
-      if (c[j] > 0 && hi_acc + hi_w >= t_lo && (b == 0 || hi_acc < t_lo)) {
+      if (c[j] > 0 && acc.hi + hi_w >= t_lo && (b == 0 || acc.hi < t_lo)) {
         s.i[1] = b;
-        s.i[3] = acc;
+        s.i[3] = acc.c;
       }
-      if (c[j] > 0 && lo_acc + lo_w >= t_hi && lo_acc < t_hi) s.i[2] = b;
-      acc += c[j];
-      lo_acc += lo_w;
-      hi_acc += hi_w;
-    }
+      if (c[j] > 0 && acc.lo + lo_w >= t_hi && acc.lo < t_hi) s.i[2] = b;
+      acc = AddBinSums{}(acc, {c[j], lo_w, hi_w});
+    });
   }
   __syncthreads();
   const int lo_bin = use_p ? s.i[1] : kNumBins;

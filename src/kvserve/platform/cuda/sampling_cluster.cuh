@@ -94,8 +94,6 @@ __device__ __forceinline__ void segment_tiles(int vocab, int size, int rank, int
   *ntiles = min(total, *tile0 + per) - *tile0;
 }
 
-using BlockScanI = cub::BlockScan<int, kThreads>;
-
 // A thread's bins: tokens, and lower and upper bounds of their mass.
 struct BinSums {
   int c = 0;
@@ -140,7 +138,6 @@ struct BinsSmem {
     BlockReduceD::TempStorage rd;
     BlockReduceI::TempStorage ri;
     BlockScanD::TempStorage sd;
-    BlockScanI::TempStorage si;
     BlockScanB::TempStorage sb;
   } cub;
   Partial part;
@@ -188,13 +185,13 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
     if (threadIdx.x == 0) {
       for (int t = 0; t < seg.ntiles; ++t)
         mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(bars + t)), 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      fence_mbarrier_init();
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       // The penalties' generic-proxy writes (apply_penalties, before the barrier above) before
       // the bulk copies' async-proxy reads of the same row.
-      asm volatile("fence.proxy.async.global;\n" ::: "memory");
+      fence_proxy_async_global();
       for (int t = 0; t < seg.ntiles; ++t) {
         const int begin = (seg.tile0 + t) * kTile;
         // Whole 16-byte groups only; the row's last 1-3 logits are read below by their thread.
@@ -205,11 +202,8 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
           continue;
         }
         mbar_arrive_expect_tx(bar, bytes);
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-            "[%3];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(cache + t * kTile))),
-            "l"(x + begin), "r"(bytes), "r"(bar)
-            : "memory");
+        bulk_load(static_cast<uint32_t>(__cvta_generic_to_shared(cache + t * kTile)), x + begin,
+                  bytes, bar);
       }
     }
     for (int t = 0; t < seg.ntiles; ++t) {

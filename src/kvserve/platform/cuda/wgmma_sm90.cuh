@@ -1,7 +1,8 @@
-// Hopper (sm_90a) building blocks of the warp-specialised prefill kernel (paged_prefill_sm90.cu):
+// Hopper (sm_90a) building blocks of the warp-specialised prefill kernel (paged_prefill_sm90.cu;
+// the cluster sampler, sampling_cluster.cuh, takes its mbarriers and bulk copies):
 // wgmma shared-memory descriptors for the 128-byte swizzle, the wgmma fences and groups,
-// mbarriers, TMA loads, setmaxnreg, named barriers and the async-proxy fence. The mma_async
-// wrappers themselves (one per N) are generated: wgmma_sm90_gen.cuh.
+// mbarriers, TMA loads (tensor and bulk), setmaxnreg, named barriers and the async-proxy fences.
+// The mma_async wrappers themselves (one per N) are generated: wgmma_sm90_gen.cuh.
 //
 // Shared-memory tiles (what the descriptors below describe). A tile of R rows x D bf16 columns
 // is stored as D / 64 column blocks of R x 128 bytes (64 elements); inside a block, row r's
@@ -88,6 +89,24 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
+}
+// A bulk copy (1-D TMA) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
+// memory at `src` into shared memory at `dst`, counted on mbarrier `bar` as it lands.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+      : "memory");
+}
+// Generic-proxy writes to global memory before async-proxy reads of them (bulk copies, TMA).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+// Makes mbarrier_init visible to the cluster (and the async proxy) before other threads use it.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
