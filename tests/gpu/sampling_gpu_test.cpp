@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -312,17 +313,30 @@ TEST_F(SamplingGpuTest, RowsSplitOverClustersMatchHost) {
 }
 
 TEST_F(SamplingGpuTest, SeededRowIgnoresItsBatch) {
-  for (const int64_t vocab : {1000, 128256}) {
-    const Batch big = random_batch(Mode::kCombined, vocab, 33);
-    Batch one;
-    one.vocab = vocab;
-    const int64_t r = 17;
-    one.logits.assign(big.logits.begin() + r * vocab, big.logits.begin() + (r + 1) * vocab);
-    one.params = {big.params[r]};
-    one.prompt = {big.prompt[r]};
-    one.output = {big.output[r]};
-    one.csr.add_row({}, {});
-    EXPECT_EQ(run_device(one, false).tokens[0], run_device(big, false).tokens[r]) << vocab;
+  // 40 rows need more than one wave of 4- and 8-CTA clusters at one CTA per SM on a 132-SM part,
+  // so the batch runs the two-CTAs-per-SM kernel (partly cached segments) and each row alone the
+  // one-per-SM kernel: every token and logprob must agree bit for bit.
+  for (const int64_t vocab : {1000, 128256, 300000}) {
+    for (const Mode m : {Mode::kTopP, Mode::kCombined, Mode::kPenalties}) {
+      const Batch big = random_batch(m, vocab, 40);
+      const Out all = run_device(big, true);
+      for (int64_t r = 0; r < big.rows(); ++r) {
+        Batch one;
+        one.vocab = vocab;
+        one.logits.assign(big.logits.begin() + r * vocab, big.logits.begin() + (r + 1) * vocab);
+        one.params = {big.params[r]};
+        one.prompt = {big.prompt[r]};
+        one.output = {big.output[r]};
+        one.csr.add_row(big.prompt[r], big.output[r]);
+        const Out alone = run_device(one, true);
+        ASSERT_EQ(alone.tokens[0], all.tokens[r])
+            << mode_name(m) << " vocab " << vocab << " row " << r;
+        ASSERT_EQ(std::bit_cast<uint32_t>(alone.logprobs[0]),
+                  std::bit_cast<uint32_t>(all.logprobs[r]))
+            << mode_name(m) << " vocab " << vocab << " row " << r << ": " << alone.logprobs[0]
+            << " vs " << all.logprobs[r];
+      }
+    }
   }
 }
 

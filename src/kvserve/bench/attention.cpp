@@ -160,6 +160,33 @@ std::vector<double> time_kernel(platform::Platform& platform, int32_t iters, Lau
   return ms;
 }
 
+// Runs launch(l, stream) for l = 0 .. layers - 1 once to warm up, then `iters` times all of them
+// queued back to back between two events: the times per launch in ms.
+template <typename Launch>
+std::vector<double> time_layers(platform::Platform& platform, int32_t iters, int32_t layers,
+                                Launch&& launch) {
+  const platform::StreamHandle stream = platform.create_stream();
+  std::vector<platform::EventHandle> events(2 * static_cast<size_t>(iters));
+  for (auto& e : events)
+    e = platform.create_event();
+  for (int32_t l = 0; l < layers; ++l)
+    launch(l, stream);
+  for (int i = 0; i < iters; ++i) {
+    platform.record_event(events[2 * i], stream);
+    for (int32_t l = 0; l < layers; ++l)
+      launch(l, stream);
+    platform.record_event(events[2 * i + 1], stream);
+  }
+  platform.synchronize_stream(stream);
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i)
+    ms.push_back(platform.elapsed_ms(events[2 * i], events[2 * i + 1]) / layers);
+  for (auto& e : events)
+    platform.destroy_event(e);
+  platform.destroy_stream(stream);
+  return ms;
+}
+
 // Max abs and ulp error of bf16 `out` against `ref` over rows [r * row_elems, (r + 1) * ...) with
 // r % row_step == 0.
 void compare(const std::vector<uint16_t>& out, const std::vector<float>& ref, size_t row_elems,
@@ -291,6 +318,25 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   p.window_left = c.window_left;
   p.logit_softcap = c.logit_softcap;
 
+  if (c.layers < 0) return invalid_argument("--layers {}: 0 or more", c.layers);
+  if (c.layers > 0 && c.flush_l2)
+    return invalid_argument("--layers and --flush-l2: one or the other");
+  // --layers: a K/V copy per layer (the first is p's).
+  std::vector<const void*> layer_k{p.k_cache};
+  std::vector<const void*> layer_v{p.v_cache};
+  for (int32_t l = 1; l < c.layers; ++l) {
+    KV_ASSIGN_OR_RETURN(void* k, dev.upload(pool.k));
+    KV_ASSIGN_OR_RETURN(void* v, dev.upload(pool.v));
+    layer_k.push_back(k);
+    layer_v.push_back(v);
+  }
+  const auto layer_params = [&](int32_t l) {
+    ops::PagedDecodeParams lp = p;
+    lp.k_cache = layer_k[static_cast<size_t>(l)];
+    lp.v_cache = layer_v[static_cast<size_t>(l)];
+    return lp;
+  };
+
   std::function<void(platform::StreamHandle)> flush;
   void* flush_buf = nullptr;
   constexpr size_t kFlushBytes = size_t{256} << 20;
@@ -305,14 +351,26 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
     stages = ops::resolve_decode_tc_stages(stages, c.head_dim);
     r.variant = "tc-s" + std::to_string(stages);
     r.ctas_per_sm = ops::decode_tc_occupancy(platform, c.head_dim, stages);
-    ms = time_kernel(
-        platform, c.iters,
-        [&](platform::StreamHandle s) { ops::paged_decode_tc(platform, p, s, stages); }, flush);
+    if (c.layers > 0) {
+      ms = time_layers(platform, c.iters, c.layers, [&](int32_t l, platform::StreamHandle s) {
+        ops::paged_decode_tc(platform, layer_params(l), s, stages);
+      });
+    } else {
+      ms = time_kernel(
+          platform, c.iters,
+          [&](platform::StreamHandle s) { ops::paged_decode_tc(platform, p, s, stages); }, flush);
+    }
   } else {
     r.variant = "decode";
-    ms = time_kernel(
-        platform, c.iters, [&](platform::StreamHandle s) { ops::paged_decode(platform, p, s); },
-        flush);
+    if (c.layers > 0) {
+      ms = time_layers(platform, c.iters, c.layers, [&](int32_t l, platform::StreamHandle s) {
+        ops::paged_decode(platform, layer_params(l), s);
+      });
+    } else {
+      ms = time_kernel(
+          platform, c.iters, [&](platform::StreamHandle s) { ops::paged_decode(platform, p, s); },
+          flush);
+    }
   }
 
   r.num_splits = plan.num_splits;

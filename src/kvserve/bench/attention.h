@@ -44,6 +44,10 @@ struct AttentionBenchConfig {
   int32_t tokens_per_split = 0;
   int32_t min_tokens_per_split = -1;  // -1: the plan's (0 with num_splits > 0)
   bool flush_l2 = false;              // decode: overwrite 256 MiB between timed launches
+  // Decode: > 0 times `layers` launches queued back to back, each over its own copy of the K/V
+  // cache (one page table, as a model's layers share theirs), and reports the time per launch:
+  // what a decode step pays per layer, with no host launch gap and no cache reused from L2.
+  int32_t layers = 0;
   uint64_t seed = 1;
   bool check = true;              // compute the reference and the max error
   bool measure_copy = true;       // time a 1 GiB device copy for the roofline

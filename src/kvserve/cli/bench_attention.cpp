@@ -51,6 +51,7 @@ int run_one(platform::Platform& platform, const bench::AttentionBenchConfig& c) 
   j["num_splits"] = r->num_splits;
   if (!prefill && r->ctas_per_sm > 0) j["ctas_per_sm"] = r->ctas_per_sm;
   if (!prefill && c.flush_l2) j["flush_l2"] = true;
+  if (!prefill && c.layers > 0) j["layers"] = c.layers;
   j["median_ms"] = r->median_ms;
   if (prefill) {
     j["tflops"] = r->tflops;
@@ -143,6 +144,11 @@ Command add_bench_attention_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--flush-l2", a->config.flush_l2,
                 "decode: overwrite 256 MiB between timed launches (cold L2)");
+  cmd->add_option("--layers", a->config.layers,
+                  "decode: time N launches queued back to back, each over its own K/V copy "
+                  "(a decode step's layers), and report the time per launch (0: each launch "
+                  "alone between events)")
+      ->capture_default_str();
   cmd->add_option("--seed", a->config.seed)->capture_default_str();
   cmd->add_flag("!--no-check", a->config.check, "Skip the float64 reference");
   return {cmd, [a] {

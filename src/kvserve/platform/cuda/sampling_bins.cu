@@ -2,19 +2,21 @@
 // ops/sampling_params.h, the CPU implementation in ops/sampling.cpp is the reference, and
 // sampling.cu keeps the radix-select kernel for A/B). Each row is split over a cluster of CTAs of
 // 512 threads (a thread block cluster on sm_90, up to 8 CTAs; one CTA elsewhere): CTA r owns a
-// contiguous run of 2048-logit tiles (its segment) and keeps it in shared memory, so the row is
-// read from global memory once, and the cluster's CTAs exchange partial results through
-// distributed shared memory. No sort of the row and no float64 atomics:
+// contiguous run of 2048-logit tiles (its segment) and keeps it in shared memory (with one CTA
+// per SM; a batch of more clusters than fit at once takes a kernel of two CTAs per SM, half the
+// registers, that caches what half the shared memory holds and reads the rest from L2 in each
+// pass: the same arithmetic, so the same bits), and the cluster's CTAs exchange partial results
+// through distributed shared memory. No sort of the row and no float64 atomics:
 //   1. penalties in place (each CTA its segment's tokens); the segment streamed into shared memory
 //      (one bulk copy per tile; per-thread float4 loads for a row that is not 16-byte aligned)
-//      with its max and argmax (lowest id on ties) and, when a row needs them, online sums over
-//      the running max (kept per group of 4 logits): of exp(logit) (the raw row's
-//      log-sum-exp, for logprobs) and of exp(logit / temperature) (the row's mass, the base of a
-//      top-p target without top-k). The CTAs' partials combine into the row's (every CTA reads
-//      all of them); a greedy row stops here;
+//      with its max and argmax (lowest id on ties) and, when a row wants its logprob, the online
+//      sum of exp(logit) over the running max (kept per group of 4 logits: the raw row's
+//      log-sum-exp). The CTAs' partials combine into the row's (every CTA reads all of them); a
+//      greedy row stops here;
 //   2. top-k / top-p: each CTA counts its tokens in 4096 bins of the distance below the max,
 //      d = (max - logit) / temperature in [0, 32) (1/128 nat each; the rest overflow), and every
-//      CTA sums the cluster's counts. Bins follow the order (logit desc, id asc), so the scan of
+//      CTA sums the cluster's counts (and, for top-p without top-k, the row's mass exp(-d), the
+//      base of its target). Bins follow the order (logit desc, id asc), so the scan of
 //      the counts names the bin holding the k-th token, and the counts times each bin's
 //      probability bounds (exp(-d) at its two edges, widened for f32 rounding) bound the mass
 //      before every bin, which places the top-p target (p * M_k, M_k the top-k mass or the row's
@@ -39,6 +41,7 @@
 // more than one chunk are f64. The cluster size depends on the vocabulary alone (about 16 tiles,
 // 128 KiB, per CTA: 4 CTAs for a 128k vocabulary), so a row's sums, and its token, do not depend
 // on its batch.
+#include <algorithm>
 #include <array>
 #include <mutex>
 
@@ -54,21 +57,36 @@ namespace {
 // decide (the caller then runs the radix select). Every thread of every CTA of the cluster calls
 // it and returns the same.
 __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& rp, const Dist& dist,
-                               double z_total, BinsSmem& s, Boundary* k_out, Boundary* p_out) {
+                               BinsSmem& s, Boundary* k_out, Boundary* p_out) {
   const int vocab = seg.vocab;
   const bool use_k = rp.top_k > 0 && rp.top_k < vocab;
   const bool use_p = rp.top_p < 1.0f;
   const int tid = static_cast<int>(threadIdx.x);
   const int csize = RowCluster::size();
-  // This CTA's counts, then the cluster's.
+  // Top-p without top-k measures its target against the row's mass (z), summed here over the
+  // row's max in the probabilities the later passes use.
+  const bool want_z = use_p && !use_k;
+  // This CTA's counts (and mass), then the cluster's.
   for (int b = tid; b < kNumBins; b += kThreads)
     s.u.count.local[b] = 0;
   __syncthreads();
-  for_each_logit(seg, [&](int, float v) {
-    const int b = dist_bin(dist(v));
+  float z_sum = 0.0f;
+  for_each_logit_padded(seg, [&](int, float v) {
+    const float d = dist(v);
+    const int b = dist_bin(d);
     if (b < kNumBins) atomicAdd(&s.u.count.local[b], 1);
+    if (want_z) z_sum += dist_prob(d);
   });
+  if (want_z) {
+    const double z = BlockReduceD(s.cub.rd).Sum(static_cast<double>(z_sum));
+    if (tid == 0) s.part.z = z;
+  }
   RowCluster::sync();
+  double z_total = 0;  // the cluster's partials in rank order (every CTA sums alike)
+  if (want_z) {
+    for (int r = 0; r < csize; ++r)
+      z_total += RowCluster::peer(&s.part, r)->z;
+  }
   // Thread t owns bins [kBinsPerThread * t, + kBinsPerThread): their counts summed over the
   // cluster (16-byte loads, every CTA's issued before any is added).
   static_assert(kBinsPerThread == 8);
@@ -198,17 +216,21 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   auto& sel = s.u.sel;
   const int k_lim = use_k ? k_bin : 0;
   const int range_lim = use_p ? lo_bin : 0;
+  const int before_lim = max(k_lim, range_lim);
+  // gathered(b) for b < kNumBins, in two compares.
+  const unsigned range_bins = static_cast<unsigned>(max(0, hi_bin - lo_bin + 1));
+  const int k_gather = use_k ? k_bin : -1;
   double k_mass_before = 0;
   double range_mass_before = 0;
-  for_each_logit(seg, [&](int i, float v) {
+  for_each_logit_padded(seg, [&](int i, float v) {
     const float d = dist(v);
     const int b = dist_bin(d);
-    if (b < k_lim || b < range_lim) {
+    if (b < before_lim) {
       const float pr = dist_prob(d);
       if (b < k_lim) k_mass_before += pr;
       if (b < range_lim) range_mass_before += pr;
     }
-    if (b < kNumBins && gathered(b)) {
+    if (static_cast<unsigned>(b - lo_bin) < range_bins || b == k_gather) {
       const int slot = atomicAdd(&s.i[7], 1);
       if (slot < kCap) {
         sel.local[slot] =
@@ -380,8 +402,12 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
 }
 
 // One row per cluster (blockIdx.y), its CTAs the cluster's ranks; dynamic shared memory holds the
-// CTA's segment (kTileBytes per tile).
-__global__ void __launch_bounds__(kThreads, 1)
+// first tiles of the CTA's segment (kTileBytes each; the rest are read from global memory by each
+// pass). MIN_BLOCKS CTAs per SM: 1 caches a whole segment (16 tiles for a 128k row), 2 halves the
+// registers and caches what its half of the shared memory holds, so that twice the clusters run
+// at once; both compute the same bits.
+template <int MIN_BLOCKS>
+__global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     sample_rows_bins_kernel(const ops::SampleRowsParams p) {
   __shared__ BinsSmem s;
   __shared__ uint64_t tile_bars[kMaxSegmentTiles];
@@ -399,23 +425,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int pen_end = p.penalty_offsets != nullptr ? p.penalty_offsets[row + 1] : 0;
   Segment seg{cache, 0, 0, vocab};
   segment_tiles(vocab, csize, rank, &seg.tile0, &seg.ntiles);
+  uint32_t dyn_bytes = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
+  seg.row = x;
+  seg.vec = vec;
+  seg.ncached = min(seg.ntiles, static_cast<int>(dyn_bytes / kTileBytes));
 
   apply_penalties(x, vocab, rp, p.penalty_entries, pen_begin, pen_end, seg.tile0 * kTile,
                   (seg.tile0 + seg.ntiles) * kTile);
 
   // Step 1: the segment into shared memory, its max and argmax (lowest id on ties, NaNs never
-  // win) and online sums over the running max: for a row whose raw logits are still there, of
-  // exp(logit) (the logprob); for top-p without top-k, of exp(logit / temperature) (the row's
-  // mass, the top-p target's base).
+  // win) and, for a row whose raw logits are still there and that wants its logprob, the online
+  // sum of exp(logit) over the running max.
   const bool want_lse = p.out_logprobs != nullptr && pen_end == pen_begin;
-  const bool want_z = rp.greedy == 0 && rp.top_p < 1.0f && !(rp.top_k > 0 && rp.top_k < vocab);
-  const bool want_sums = want_lse || want_z;
-  const float z_scale = kLog2e / rp.temperature;
   float best = -FLT_MAX;
   int best_i = INT_MAX;
   float run_max = -INFINITY;
   float run_sum = 0.0f;
-  float z_sum = 0.0f;
   stream_segment(x, vec, cache, tile_bars, seg, [&](int i0, const float(&v)[4]) {
     // Per group of 4: the first max in id order (ids ascend within a thread, so the first max
     // stays; NaNs never win), then the running sums rescaled once to the group's max.
@@ -429,24 +455,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (in) m = fmaxf(m, v[j]);  // fmaxf skips NaN
     }
-    if (want_sums) {
+    if (want_lse) {
       if (m > run_max) {
-        if (want_lse) run_sum *= exp2f((run_max - m) * kLog2e);
-        if (want_z) z_sum *= exp2f((run_max - m) * z_scale);
+        run_sum *= exp2f((run_max - m) * kLog2e);
         run_max = m;
       }
       if (run_max != -INFINITY) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          if (i0 + j < vocab && v[j] == v[j]) {
-            if (want_lse) run_sum += exp2f((v[j] - run_max) * kLog2e);
-            if (want_z) z_sum += exp2f((v[j] - run_max) * z_scale);
-          }
+          if (i0 + j < vocab && v[j] == v[j]) run_sum += exp2f((v[j] - run_max) * kLog2e);
         }
       }
     }
   });
-  // This CTA's partial: its max, the lowest id holding it, and its sums relative to its max.
+  // This CTA's partial: its max, the lowest id holding it, and its sum relative to its max.
   const float seg_max = BlockReduceF(s.cub.rf).Reduce(best, MaxOp{});
   if (tid == 0) s.f = seg_max;
   __syncthreads();
@@ -456,7 +478,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     s.part.max = cta_max;
     s.part.arg = cta_arg;
     s.part.lse = 0;
-    s.part.z = 0;
   }
   __syncthreads();
   if (want_lse) {
@@ -467,14 +488,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) s.part.lse = sum;
     __syncthreads();
   }
-  if (want_z) {
-    const double mine =
-        z_sum > 0.0f ? static_cast<double>(z_sum) * exp((static_cast<double>(run_max) - cta_max) /
-                                                        static_cast<double>(rp.temperature))
-                     : 0.0;
-    const double sum = BlockReduceD(s.cub.rd).Sum(mine);
-    if (tid == 0) s.part.z = sum;
-  }
   RowCluster::sync();
   // The row's: every thread combines the cluster's partials in rank order.
   float row_max = -FLT_MAX;
@@ -482,15 +495,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     row_max = fmaxf(row_max, RowCluster::peer(&s.part, r)->max);
   int arg = INT_MAX;
   double raw_sum = 0;
-  double z_total = 0;
   for (int r = 0; r < csize; ++r) {
     const Partial* pr = RowCluster::peer(&s.part, r);
     if (pr->max == row_max) arg = min(arg, pr->arg);
     if (pr->lse > 0) raw_sum += pr->lse * exp(static_cast<double>(pr->max) - row_max);
-    if (pr->z > 0) {
-      z_total += pr->z * exp((static_cast<double>(pr->max) - row_max) /
-                             static_cast<double>(rp.temperature));
-    }
   }
   RowCluster::sync();  // every CTA has read the partials (a greedy row's CTAs exit next)
   int token = arg < vocab ? arg : 0;
@@ -501,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Boundary p_found;
     const bool bounded = (rp.top_k > 0 && rp.top_k < vocab) || rp.top_p < 1.0f;
     if (bounded) {
-      if (!bin_boundaries(seg, rp, dist, z_total, s, &k_found, &p_found)) {
+      if (!bin_boundaries(seg, rp, dist, s, &k_found, &p_found)) {
         __syncthreads();
         radix_boundaries(x, vocab, rp, row_max, s.u.radix, &k_found, &p_found);
       }
@@ -512,10 +520,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool p_first =
         p_found.key > k_found.key || (p_found.key == k_found.key && p_found.id < k_found.id);
     const Boundary bound = p_first ? p_found : k_found;
-    // The draw: the kept mass of each 128-id chunk of the segment.
+    // The draw: the kept mass of each 128-id chunk of the segment. The boundary as a logit:
+    // order_key is monotone in the logit with -0 == +0, so (key, id) order is (logit, id) order
+    // for every logit but NaN, which weighs nothing either way; no boundary (key 0) keeps all.
     const float min_p = rp.min_p;
+    const float bound_v = bounded && bound.key != 0 ? key_logit(bound.key) : -INFINITY;
+    const int bound_id = bounded && bound.key != 0 ? bound.id : INT_MAX;
     const auto weight = [&](int i, float v) -> float {
-      if (bounded && !bound.keeps(order_key(v), i)) return 0.0f;
+      if (!(v > bound_v || (v == bound_v && i <= bound_id))) return 0.0f;
       const float pr = dist_prob(dist(v));
       return min_p > 0.0f && pr < min_p ? 0.0f : pr;
     };
@@ -526,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        sum += i0 + j < vocab ? weight(i0 + j, v[j]) : 0.0f;
+        sum += weight(i0 + j, v[j]);  // the -inf padding past the row weighs 0
       // A chunk without kept mass (most of a filtered row) sums to zero without the scan.
       const float incl = __any_sync(0xffffffffu, sum != 0.0f) ? warp_inclusive_sum(sum) : 0.0f;
       if (lane == 31) s.u.chunk.local[(tile - seg.tile0) * kWarps + warp] = incl;
@@ -633,12 +645,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// How one device runs the kernel: its multiprocessors, whether it has clusters, and the dynamic
-// shared memory a CTA may take beside the kernel's static BinsSmem.
+// How one device runs the kernel: its multiprocessors, whether it has clusters, and the tiles of
+// dynamic shared memory a CTA may take beside the kernel's static BinsSmem, with one CTA per SM
+// (the whole budget) or two (half of the SM's shared memory each).
 struct DeviceLimits {
   int sms = 0;
   bool clusters = false;
-  int max_tiles = 0;  // tiles one CTA can cache
+  int max_tiles = 0;   // tiles one CTA can cache, one CTA per SM
+  int half_tiles = 0;  // the same, two CTAs per SM
 };
 
 DeviceLimits device_limits() {
@@ -651,31 +665,44 @@ DeviceLimits device_limits() {
   if (d.sms == 0) {
     int major = 0;
     int optin = 0;
+    int per_sm = 0;
+    int reserved = 0;
     KV_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
     KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     KV_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    KV_CUDA_CHECK(
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    KV_CUDA_CHECK(
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
     cudaFuncAttributes attr{};
-    KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, sample_rows_bins_kernel));
+    KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, sample_rows_bins_kernel<1>));
     const int dynamic = optin - static_cast<int>(attr.sharedSizeBytes);
     d.clusters = major >= 9;
     d.max_tiles = std::min(kMaxSegmentTiles, dynamic / kTileBytes);
-    KV_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_bins_kernel,
+    const int half = per_sm / 2 - reserved - static_cast<int>(attr.sharedSizeBytes);
+    d.half_tiles = std::clamp(half / kTileBytes, 0, d.max_tiles);
+    KV_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_bins_kernel<1>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        d.max_tiles * kTileBytes));
+    KV_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_bins_kernel<2>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       d.half_tiles * kTileBytes));
   }
   return d;
 }
 
-// The kernel's launch: `rows` clusters of `csize` CTAs (x: the rank, y: the row), each with the
-// shared memory of `tiles` tiles of a row split over the cluster; `clusters` false: no cluster
-// attribute (a device without clusters, csize 1).
+// The kernel's launch: `rows` clusters of `csize` CTAs (x: the rank, y: the row), each caching up
+// to `cached` tiles of its segment of a row of `tiles`; `clusters` false: no cluster attribute
+// (a device without clusters, csize 1).
 struct BinsLaunch {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr{};
-  BinsLaunch(int64_t csize, int64_t rows, int64_t tiles, bool clusters, cudaStream_t stream) {
+  BinsLaunch(int64_t csize, int64_t rows, int64_t tiles, int64_t cached, bool clusters,
+             cudaStream_t stream) {
     cfg.gridDim = dim3(static_cast<unsigned>(csize), static_cast<unsigned>(rows));
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>((tiles + csize - 1) / csize) * kTileBytes;
+    cfg.dynamicSmemBytes =
+        static_cast<size_t>(std::min((tiles + csize - 1) / csize, cached)) * kTileBytes;
     cfg.stream = stream;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = static_cast<unsigned>(csize);
@@ -687,6 +714,20 @@ struct BinsLaunch {
   BinsLaunch(const BinsLaunch&) = delete;  // cfg points at attr
   BinsLaunch& operator=(const BinsLaunch&) = delete;
 };
+
+// Clusters of `csize` CTAs for rows of `tiles` that fit the device at once (its GPCs, with this
+// much shared memory per CTA); 0 when none does.
+template <int MIN_BLOCKS>
+int active_clusters(int64_t csize, int64_t tiles, int64_t cached) {
+  const BinsLaunch launch(csize, 1, tiles, cached, true, nullptr);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, sample_rows_bins_kernel<MIN_BLOCKS>, &launch.cfg) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    clusters = 0;
+  }
+  return clusters;
+}
 
 // The cluster size for rows of `vocab` logits: enough CTAs that each caches at most kTargetTiles
 // tiles, up to 8, and more than that only where the shared memory needs it (at most
@@ -703,46 +744,59 @@ int cluster_size(int64_t vocab, const DeviceLimits& d) {
                std::min<int64_t>(kMaxCluster, (tiles + kTargetTiles - 1) / kTargetTiles));
   for (int64_t c = std::max<int64_t>(want, 1); c <= max_size; ++c) {
     if (!d.clusters) return static_cast<int>(c);
-    // The cluster must fit the device (its GPCs, with this much shared memory per CTA).
-    const BinsLaunch launch(c, 1, tiles, true, nullptr);
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, sample_rows_bins_kernel, &launch.cfg) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();
-      clusters = 0;
-    }
-    if (clusters > 0) return static_cast<int>(c);
+    if (active_clusters<1>(c, tiles, d.max_tiles) > 0) return static_cast<int>(c);
   }
   return 0;
 }
 
-// cluster_size, remembered per device for the last vocabulary asked (the occupancy query costs
+// How a vocabulary's rows run on one device: the cluster size (0: the radix kernel), and how many
+// clusters fit at once with one CTA per SM and with two.
+struct RowPlan {
+  int64_t vocab = -1;
+  int size = 0;
+  int active_one = 0;
+  int active_two = 0;
+};
+
+// The plan, remembered per device for the last vocabulary asked (the occupancy queries cost
 // microseconds and a model has one vocabulary).
-int cached_cluster_size(int64_t vocab) {
-  struct Entry {
-    int64_t vocab = -1;
-    int size = 0;
-  };
+RowPlan cached_plan(int64_t vocab) {
   static std::mutex mu;
-  static std::array<Entry, 64> cache{};
+  static std::array<RowPlan, 64> cache{};
   const DeviceLimits d = device_limits();
   int device = 0;
   KV_CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mu);
-  Entry& e = cache.at(static_cast<size_t>(device));
-  if (e.vocab != vocab) e = {vocab, cluster_size(vocab, d)};
-  return e.size;
+  RowPlan& e = cache.at(static_cast<size_t>(device));
+  if (e.vocab != vocab) {
+    e = {vocab, cluster_size(vocab, d), 0, 0};
+    const int64_t tiles = (vocab + kTile - 1) / kTile;
+    if (e.size > 0 && d.clusters) {
+      e.active_one = active_clusters<1>(e.size, tiles, d.max_tiles);
+      e.active_two = active_clusters<2>(e.size, tiles, d.half_tiles);
+    }
+  }
+  return e;
 }
 
 }  // namespace
 
 void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream) {
   if (params.rows == 0) return;
-  const int csize = params.rows <= 65535 ? cached_cluster_size(params.vocab) : 0;
-  if (csize == 0) return sample_rows_radix(params, stream);
-  const BinsLaunch launch(csize, params.rows, (params.vocab + kTile - 1) / kTile,
-                          device_limits().clusters, static_cast<cudaStream_t>(stream.ptr));
-  KV_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, sample_rows_bins_kernel, params));
+  const RowPlan plan = params.rows <= 65535 ? cached_plan(params.vocab) : RowPlan{};
+  if (plan.size == 0) return sample_rows_radix(params, stream);
+  const DeviceLimits d = device_limits();
+  const int64_t tiles = (params.vocab + kTile - 1) / kTile;
+  // More rows than one wave of one-CTA-per-SM clusters: two CTAs per SM, if more clusters fit
+  // that way (the same bits either way: SeededRowIgnoresItsBatch).
+  const bool two = d.clusters && params.rows > plan.active_one && plan.active_two > plan.active_one;
+  const BinsLaunch launch(plan.size, params.rows, tiles, two ? d.half_tiles : d.max_tiles,
+                          d.clusters, static_cast<cudaStream_t>(stream.ptr));
+  if (two) {
+    KV_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, sample_rows_bins_kernel<2>, params));
+  } else {
+    KV_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, sample_rows_bins_kernel<1>, params));
+  }
 }
 
 }  // namespace kvserve::platform::cuda

@@ -76,13 +76,18 @@ struct RowCluster {
   }
 };
 
-// The tiles [tile0, tile0 + ntiles) of a row that one CTA owns, `cache` their logits in shared
-// memory (kTile per tile; zeros past the row's end).
+// The tiles [tile0, tile0 + ntiles) of a row that one CTA owns: the first `ncached` of them in
+// shared memory (`cache`, kTile per tile; -inf past the row's end), the rest read again from the
+// row (`row`, global memory: L2) by each pass. Either source gives the same values, so a row's
+// arithmetic does not depend on how much of it the CTA caches.
 struct Segment {
   const float* cache;
   int tile0;
   int ntiles;
   int vocab;
+  const float* row = nullptr;
+  int ncached = 0;
+  bool vec = false;  // `row` is 16-byte aligned
 };
 
 // CTA `rank`'s tiles of a row of `vocab` logits split over `size` CTAs.
@@ -112,7 +117,7 @@ struct Partial {
   float max;          // of the segment (-FLT_MAX if none)
   int arg;            // lowest id holding it (INT_MAX if none)
   double lse;         // sum of exp(logit - max) over the segment (when the row needs it)
-  double z;           // sum of exp((logit - max) / temperature) (when the row needs it)
+  double z;           // step 2: sum of exp((logit - row max) / temperature) (top-p, no top-k)
   int gathered;       // step 3: tokens gathered
   double k_mass;      // step 3: exact mass before the k-th token's bin
   double range_mass;  // step 3: exact mass before the top-p range
@@ -152,7 +157,8 @@ __device__ __forceinline__ float key_logit(uint32_t key) {
   return __uint_as_float((key & 0x80000000u) != 0 ? (key & 0x7fffffffu) : ~key);
 }
 
-// Logits i0 .. i0 + 3 (zero past the row's end).
+// Logits i0 .. i0 + 3 (-inf past the row's end: a padding logit is an impossible token, outside
+// every bin and of no mass, so the passes over bins need no bounds checks).
 __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, float (&v)[4]) {
   if (vec && i0 + 3 < n) {
     const float4 q = *reinterpret_cast<const float4*>(x + i0);
@@ -163,12 +169,31 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      v[j] = i0 + j < n ? x[i0 + j] : 0.0f;
+      v[j] = i0 + j < n ? x[i0 + j] : -INFINITY;
+  }
+}
+
+// The segment's uncached tiles [ncached, ntiles) from global memory, f(i0, v) for each of this
+// thread's groups of 4 (kStreamUnroll tiles' loads in flight together).
+template <typename F>
+__device__ __forceinline__ void stream_uncached(const float* x, bool vec, const Segment& seg,
+                                                const F& f) {
+  const int own = 4 * static_cast<int>(threadIdx.x);
+  for (int t0 = seg.ncached; t0 < seg.ntiles; t0 += kStreamUnroll) {
+    float v[kStreamUnroll][4];
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (t0 + u < seg.ntiles) load4(x, seg.vocab, (seg.tile0 + t0 + u) * kTile + own, vec, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (t0 + u < seg.ntiles) f((seg.tile0 + t0 + u) * kTile + own, v[u]);
+    }
   }
 }
 
 // Step 1's stream: the segment's logits from global memory into its cache, f(i0, v) for each of
-// this thread's groups of 4 logits on the way (ids i0 .. i0 + 3, zeros past the row's end; i0 =
+// this thread's groups of 4 logits on the way (ids i0 .. i0 + 3, -inf past the row's end; i0 =
 // kTile * tile + 4 * thread, tiles ascending). On sm_90 with a 16-byte aligned row, one thread
 // issues a bulk copy (TMA) per tile straight into shared memory, each counted on the tile's
 // mbarrier, and the block reads each tile as it lands: the whole segment is in flight at once,
@@ -183,7 +208,7 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (vec) {
     if (threadIdx.x == 0) {
-      for (int t = 0; t < seg.ntiles; ++t)
+      for (int t = 0; t < seg.ncached; ++t)
         mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(bars + t)), 1);
       fence_mbarrier_init();
     }
@@ -192,7 +217,7 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
       // The penalties' generic-proxy writes (apply_penalties, before the barrier above) before
       // the bulk copies' async-proxy reads of the same row.
       fence_proxy_async_global();
-      for (int t = 0; t < seg.ntiles; ++t) {
+      for (int t = 0; t < seg.ncached; ++t) {
         const int begin = (seg.tile0 + t) * kTile;
         // Whole 16-byte groups only; the row's last 1-3 logits are read below by their thread.
         const uint32_t bytes = static_cast<uint32_t>(min(kTile, seg.vocab - begin) & ~3) * 4u;
@@ -206,7 +231,7 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
                   bytes, bar);
       }
     }
-    for (int t = 0; t < seg.ntiles; ++t) {
+    for (int t = 0; t < seg.ncached; ++t) {
       mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(bars + t)), 0);
       const int i0 = (seg.tile0 + t) * kTile + own;
       float4* slot = reinterpret_cast<float4*>(cache + t * kTile + own);
@@ -218,12 +243,13 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
         v[2] = q.z;
         v[3] = q.w;
       } else {
-        // The group the bulk copy left out (the row's end): from global memory, zero past it.
+        // The group the bulk copy left out (the row's end): from global memory, -inf past it.
         load4(x, seg.vocab, i0, false, v);
         *slot = make_float4(v[0], v[1], v[2], v[3]);
       }
       f(i0, v);
     }
+    stream_uncached(x, vec, seg, f);  // tiles in order: the sums' order is the cached kernel's
     return;
   }
 #endif
@@ -237,8 +263,10 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
       if (t0 + u < seg.ntiles) {
-        *reinterpret_cast<float4*>(cache + (t0 + u) * kTile + own) =
-            make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
+        if (t0 + u < seg.ncached) {
+          *reinterpret_cast<float4*>(cache + (t0 + u) * kTile + own) =
+              make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
+        }
         f((seg.tile0 + t0 + u) * kTile + own, v[u]);
       }
     }
@@ -250,21 +278,27 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
 template <typename F>
 __device__ __forceinline__ void for_each_tile(const Segment& seg, const F& f) {
   const int own = 4 * static_cast<int>(threadIdx.x);
-  for (int t = 0; t < seg.ntiles; ++t) {
+  for (int t = 0; t < seg.ncached; ++t) {
     const float4 q = *reinterpret_cast<const float4*>(seg.cache + t * kTile + own);
     const float v[4] = {q.x, q.y, q.z, q.w};
     f(seg.tile0 + t, (seg.tile0 + t) * kTile + own, v);
   }
+  for (int t = seg.ncached; t < seg.ntiles; ++t) {
+    const int i0 = (seg.tile0 + t) * kTile + own;
+    float v[4];
+    load4(seg.row, seg.vocab, i0, seg.vec, v);
+    f(seg.tile0 + t, i0, v);
+  }
 }
 
-// f(i, v) for each of this thread's cached logits, ids ascending.
+// f(i, v) for each of this thread's logits, ids ascending, and for the -inf padding past the
+// row's end (ids >= vocab): for passes to which a -inf logit is nothing (no bin, no mass).
 template <typename F>
-__device__ __forceinline__ void for_each_logit(const Segment& seg, const F& f) {
+__device__ __forceinline__ void for_each_logit_padded(const Segment& seg, const F& f) {
   for_each_tile(seg, [&](int, int i0, const float(&v)[4]) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (i0 + j < seg.vocab) f(i0 + j, v[j]);
-    }
+    for (int j = 0; j < 4; ++j)
+      f(i0 + j, v[j]);
   });
 }
 
