@@ -571,6 +571,7 @@ TEST(PagedDecodeTc, BenchAttentionTcPath) {
     cfg.iters = 2;
     cfg.measure_copy = false;
     cfg.flush_l2 = std::string(variant) == "s2";
+    cfg.layers = std::string(variant) == "s4" ? 3 : 0;  // the checked output is the last layer's
     cfg.seed = 4242;
     cfg.seq_lens = {0, 1, 17, 1000, 4097, 64, 65};
     std::cout << "[ seed     ] " << cfg.seed << " variant " << variant << std::endl;
@@ -584,6 +585,11 @@ TEST(PagedDecodeTc, BenchAttentionTcPath) {
   bad.kernel = "decode";
   bad.variant = "s3";
   EXPECT_FALSE(bench::run_attention_bench(*cuda, bad).is_ok()) << "stages need --kernel tc";
+  bench::AttentionBenchConfig both;
+  both.kernel = "tc";
+  both.layers = 2;
+  both.flush_l2 = true;
+  EXPECT_FALSE(bench::run_attention_bench(*cuda, both).is_ok()) << "--layers or --flush-l2";
 }
 
 // --- an fp8 KV cache ---------------------------------------------------------------------------
