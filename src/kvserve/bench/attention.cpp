@@ -160,33 +160,6 @@ std::vector<double> time_kernel(platform::Platform& platform, int32_t iters, Lau
   return ms;
 }
 
-// Runs launch(l, stream) for l = 0 .. layers - 1 once to warm up, then `iters` times all of them
-// queued back to back between two events: the times per launch in ms.
-template <typename Launch>
-std::vector<double> time_layers(platform::Platform& platform, int32_t iters, int32_t layers,
-                                Launch&& launch) {
-  const platform::StreamHandle stream = platform.create_stream();
-  std::vector<platform::EventHandle> events(2 * static_cast<size_t>(iters));
-  for (auto& e : events)
-    e = platform.create_event();
-  for (int32_t l = 0; l < layers; ++l)
-    launch(l, stream);
-  for (int i = 0; i < iters; ++i) {
-    platform.record_event(events[2 * i], stream);
-    for (int32_t l = 0; l < layers; ++l)
-      launch(l, stream);
-    platform.record_event(events[2 * i + 1], stream);
-  }
-  platform.synchronize_stream(stream);
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i)
-    ms.push_back(platform.elapsed_ms(events[2 * i], events[2 * i + 1]) / layers);
-  for (auto& e : events)
-    platform.destroy_event(e);
-  platform.destroy_stream(stream);
-  return ms;
-}
-
 // Max abs and ulp error of bf16 `out` against `ref` over rows [r * row_elems, (r + 1) * ...) with
 // r % row_step == 0.
 void compare(const std::vector<uint16_t>& out, const std::vector<float>& ref, size_t row_elems,
@@ -351,27 +324,25 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
     stages = ops::resolve_decode_tc_stages(stages, c.head_dim);
     r.variant = "tc-s" + std::to_string(stages);
     r.ctas_per_sm = ops::decode_tc_occupancy(platform, c.head_dim, stages);
-    if (c.layers > 0) {
-      ms = time_layers(platform, c.iters, c.layers, [&](int32_t l, platform::StreamHandle s) {
-        ops::paged_decode_tc(platform, layer_params(l), s, stages);
-      });
-    } else {
-      ms = time_kernel(
-          platform, c.iters,
-          [&](platform::StreamHandle s) { ops::paged_decode_tc(platform, p, s, stages); }, flush);
-    }
   } else {
     r.variant = "decode";
-    if (c.layers > 0) {
-      ms = time_layers(platform, c.iters, c.layers, [&](int32_t l, platform::StreamHandle s) {
-        ops::paged_decode(platform, layer_params(l), s);
-      });
-    } else {
-      ms = time_kernel(
-          platform, c.iters, [&](platform::StreamHandle s) { ops::paged_decode(platform, p, s); },
-          flush);
-    }
   }
+  // One timed launch runs every layer (one without --layers); the times are per layer.
+  const int32_t layers = std::max(c.layers, 1);
+  ms = time_kernel(
+      platform, c.iters,
+      [&](platform::StreamHandle s) {
+        for (int32_t l = 0; l < layers; ++l) {
+          if (tc) {
+            ops::paged_decode_tc(platform, layer_params(l), s, stages);
+          } else {
+            ops::paged_decode(platform, layer_params(l), s);
+          }
+        }
+      },
+      flush);
+  for (double& m : ms)
+    m /= layers;
 
   r.num_splits = plan.num_splits;
   r.median_ms = median(ms);

@@ -186,7 +186,12 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   if (use_p && lo_bin > hi_bin) return false;
   const int k_before = s.i[4];
   const int range_before = s.i[3];
-  const auto gathered = [&](int b) { return (lo_bin <= b && b <= hi_bin) || b == k_bin; };
+  // The bins whose tokens are gathered: [lo_bin, hi_bin] and the k-th token's (two compares per
+  // logit in the gather pass; an overflow bin, b == kNumBins, is neither).
+  const unsigned range_bins = static_cast<unsigned>(max(0, hi_bin - lo_bin + 1));
+  const int k_gather = use_k ? k_bin : -1;
+  const auto in_range = [&](int b) { return static_cast<unsigned>(b - lo_bin) < range_bins; };
+  const auto gathered = [&](int b) { return in_range(b) || b == k_gather; };
   // Tokens to gather, and how many of them fall in [lo_bin, hi_bin] (they sort first).
   int n_all = 0;
   int n_range = 0;
@@ -194,7 +199,7 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   for (int j = 0; j < kBinsPerThread; ++j) {
     const int b = kBinsPerThread * tid + j;
     if (gathered(b)) n_all += c[j];
-    if (lo_bin <= b && b <= hi_bin) n_range += c[j];
+    if (in_range(b)) n_range += c[j];
   }
   __syncthreads();
   n_all = BlockReduceI(s.cub.ri).Sum(n_all);
@@ -217,9 +222,6 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   const int k_lim = use_k ? k_bin : 0;
   const int range_lim = use_p ? lo_bin : 0;
   const int before_lim = max(k_lim, range_lim);
-  // gathered(b) for b < kNumBins, in two compares.
-  const unsigned range_bins = static_cast<unsigned>(max(0, hi_bin - lo_bin + 1));
-  const int k_gather = use_k ? k_bin : -1;
   double k_mass_before = 0;
   double range_mass_before = 0;
   for_each_logit_padded(seg, [&](int i, float v) {
@@ -230,7 +232,7 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
       if (b < k_lim) k_mass_before += pr;
       if (b < range_lim) range_mass_before += pr;
     }
-    if (static_cast<unsigned>(b - lo_bin) < range_bins || b == k_gather) {
+    if (gathered(b)) {
       const int slot = atomicAdd(&s.i[7], 1);
       if (slot < kCap) {
         sel.local[slot] =
@@ -423,12 +425,10 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const ops::SampleRowParams rp = p.row_params[row];
   const int pen_begin = p.penalty_offsets != nullptr ? p.penalty_offsets[row] : 0;
   const int pen_end = p.penalty_offsets != nullptr ? p.penalty_offsets[row + 1] : 0;
-  Segment seg{cache, 0, 0, vocab};
+  Segment seg{cache, 0, 0, vocab, x, 0, vec};
   segment_tiles(vocab, csize, rank, &seg.tile0, &seg.ntiles);
   uint32_t dyn_bytes = 0;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
-  seg.row = x;
-  seg.vec = vec;
   seg.ncached = min(seg.ntiles, static_cast<int>(dyn_bytes / kTileBytes));
 
   apply_penalties(x, vocab, rp, p.penalty_entries, pen_begin, pen_end, seg.tile0 * kTile,
@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   int best_i = INT_MAX;
   float run_max = -INFINITY;
   float run_sum = 0.0f;
-  stream_segment(x, vec, cache, tile_bars, seg, [&](int i0, const float(&v)[4]) {
+  stream_segment(cache, tile_bars, seg, [&](int i0, const float(&v)[4]) {
     // Per group of 4: the first max in id order (ids ascend within a thread, so the first max
     // stays; NaNs never win), then the running sums rescaled once to the group's max.
     float m = -INFINITY;
@@ -655,11 +655,9 @@ struct DeviceLimits {
   int half_tiles = 0;  // the same, two CTAs per SM
 };
 
-DeviceLimits device_limits() {
+DeviceLimits device_limits(int device) {
   static std::mutex mu;
   static std::array<DeviceLimits, 64> cache{};
-  int device = 0;
-  KV_CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mu);
   DeviceLimits& d = cache.at(static_cast<size_t>(device));
   if (d.sms == 0) {
@@ -760,12 +758,9 @@ struct RowPlan {
 
 // The plan, remembered per device for the last vocabulary asked (the occupancy queries cost
 // microseconds and a model has one vocabulary).
-RowPlan cached_plan(int64_t vocab) {
+RowPlan cached_plan(int64_t vocab, int device, const DeviceLimits& d) {
   static std::mutex mu;
   static std::array<RowPlan, 64> cache{};
-  const DeviceLimits d = device_limits();
-  int device = 0;
-  KV_CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mu);
   RowPlan& e = cache.at(static_cast<size_t>(device));
   if (e.vocab != vocab) {
@@ -783,9 +778,11 @@ RowPlan cached_plan(int64_t vocab) {
 
 void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream) {
   if (params.rows == 0) return;
-  const RowPlan plan = params.rows <= 65535 ? cached_plan(params.vocab) : RowPlan{};
+  int device = 0;
+  KV_CUDA_CHECK(cudaGetDevice(&device));
+  const DeviceLimits d = device_limits(device);
+  const RowPlan plan = params.rows <= 65535 ? cached_plan(params.vocab, device, d) : RowPlan{};
   if (plan.size == 0) return sample_rows_radix(params, stream);
-  const DeviceLimits d = device_limits();
   const int64_t tiles = (params.vocab + kTile - 1) / kTile;
   // More rows than one wave of one-CTA-per-SM clusters: two CTAs per SM, if more clusters fit
   // that way (the same bits either way: SeededRowIgnoresItsBatch).

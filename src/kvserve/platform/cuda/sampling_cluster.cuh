@@ -173,40 +173,51 @@ __device__ __forceinline__ void load4(const float* x, int n, int i0, bool vec, f
   }
 }
 
-// The segment's uncached tiles [ncached, ntiles) from global memory, f(i0, v) for each of this
-// thread's groups of 4 (kStreamUnroll tiles' loads in flight together).
+// The segment's tiles [first, ntiles) from its row in global memory, kStreamUnroll tiles' loads
+// per thread in flight together: each cached tile (t < ncached) into `cache`, and f(i0, v) for
+// each of this thread's groups of 4, tiles ascending.
 template <typename F>
-__device__ __forceinline__ void stream_uncached(const float* x, bool vec, const Segment& seg,
-                                                const F& f) {
+__device__ __forceinline__ void stream_loads(float* cache, const Segment& seg, int first,
+                                             const F& f) {
   const int own = 4 * static_cast<int>(threadIdx.x);
-  for (int t0 = seg.ncached; t0 < seg.ntiles; t0 += kStreamUnroll) {
+  for (int t0 = first; t0 < seg.ntiles; t0 += kStreamUnroll) {
     float v[kStreamUnroll][4];
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
-      if (t0 + u < seg.ntiles) load4(x, seg.vocab, (seg.tile0 + t0 + u) * kTile + own, vec, v[u]);
+      if (t0 + u < seg.ntiles) {
+        load4(seg.row, seg.vocab, (seg.tile0 + t0 + u) * kTile + own, seg.vec, v[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
-      if (t0 + u < seg.ntiles) f((seg.tile0 + t0 + u) * kTile + own, v[u]);
+      if (t0 + u < seg.ntiles) {
+        if (t0 + u < seg.ncached) {
+          *reinterpret_cast<float4*>(cache + (t0 + u) * kTile + own) =
+              make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
+        }
+        f((seg.tile0 + t0 + u) * kTile + own, v[u]);
+      }
     }
   }
 }
 
-// Step 1's stream: the segment's logits from global memory into its cache, f(i0, v) for each of
-// this thread's groups of 4 logits on the way (ids i0 .. i0 + 3, -inf past the row's end; i0 =
-// kTile * tile + 4 * thread, tiles ascending). On sm_90 with a 16-byte aligned row, one thread
-// issues a bulk copy (TMA) per tile straight into shared memory, each counted on the tile's
-// mbarrier, and the block reads each tile as it lands: the whole segment is in flight at once,
-// through no registers and no L1. (On an H100 the change that brought it, with two others, moved
-// the sampler bench by -6 % to +5 % against kStreamUnroll per-thread loads: the passes after the
-// stream take the time, docs/perf/2026-12-06-cluster-sampler.md.) Otherwise kStreamUnroll tiles'
-// loads per thread are in flight together. `bars`: kMaxSegmentTiles mbarriers in shared memory.
+// Step 1's stream: the segment's logits from its row in global memory, its first ncached tiles
+// into `cache`, f(i0, v) for each of this thread's groups of 4 logits on the way (ids i0 .. i0 + 3,
+// -inf past the row's end; i0 = kTile * tile + 4 * thread, tiles ascending). On sm_90 with a
+// 16-byte aligned row, one thread issues a bulk copy (TMA) per tile straight into shared memory,
+// each counted on the tile's mbarrier, and the block reads each tile as it lands: the whole segment
+// is in flight at once, through no registers and no L1. (On an H100 the change that brought it,
+// with two others, moved the sampler bench by -6 % to +5 % against kStreamUnroll per-thread loads:
+// the passes after the stream take the time, docs/perf/2026-12-06-cluster-sampler.md.) Otherwise
+// kStreamUnroll tiles' loads per thread are in flight together. `bars`: kMaxSegmentTiles mbarriers
+// in shared memory.
 template <typename F>
-__device__ __forceinline__ void stream_segment(const float* x, bool vec, float* cache,
-                                               uint64_t* bars, const Segment& seg, const F& f) {
-  const int own = 4 * static_cast<int>(threadIdx.x);
+__device__ __forceinline__ void stream_segment(float* cache, uint64_t* bars, const Segment& seg,
+                                               const F& f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (vec) {
+  if (seg.vec) {
+    const float* x = seg.row;
+    const int own = 4 * static_cast<int>(threadIdx.x);
     if (threadIdx.x == 0) {
       for (int t = 0; t < seg.ncached; ++t)
         mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(bars + t)), 1);
@@ -249,28 +260,13 @@ __device__ __forceinline__ void stream_segment(const float* x, bool vec, float* 
       }
       f(i0, v);
     }
-    stream_uncached(x, vec, seg, f);  // tiles in order: the sums' order is the cached kernel's
+    // The uncached tiles after (tiles in order: the sums' order is the fully cached kernel's).
+    stream_loads(cache, seg, seg.ncached, f);
     return;
   }
 #endif
   (void)bars;
-  for (int t0 = 0; t0 < seg.ntiles; t0 += kStreamUnroll) {
-    float v[kStreamUnroll][4];
-#pragma unroll
-    for (int u = 0; u < kStreamUnroll; ++u) {
-      if (t0 + u < seg.ntiles) load4(x, seg.vocab, (seg.tile0 + t0 + u) * kTile + own, vec, v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kStreamUnroll; ++u) {
-      if (t0 + u < seg.ntiles) {
-        if (t0 + u < seg.ncached) {
-          *reinterpret_cast<float4*>(cache + (t0 + u) * kTile + own) =
-              make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
-        }
-        f((seg.tile0 + t0 + u) * kTile + own, v[u]);
-      }
-    }
-  }
+  stream_loads(cache, seg, 0, f);
 }
 
 // f(tile, i0, v) for each of this thread's groups of 4 cached logits (global tile index, ids
