@@ -14,6 +14,9 @@
 //   * the planner's choices: batch 1 with 4096 and 16385 positions (one wave of splits, launched
 //     again and again on the same counters), batch 64 with short contexts (no split at 8 KV
 //     heads, splits at 1);
+//   * reads before the PDL wait (stable_before_wait) in three split modes, and right after a
+//     K/V store of every query's last row (a decode step's last two kernels): the stored rows
+//     are seen;
 //   * every query empty: zeros; bench-attention's tc path; the occupancy the split plan assumes;
 //   * an fp8 KV cache (e4m3, e5m2; scales that are not 1): page sizes 1 / 16 / 64 / 128, groups
 //     1 / 4 / 8, head_dim 64 / 128, every pipeline depth and split mode, against the reference on
@@ -35,6 +38,7 @@
 #include "kvserve/bench/attention.h"
 #include "kvserve/core/check.h"
 #include "kvserve/core/dtype.h"
+#include "kvserve/platform/ops/kv_store.h"
 #include "kvserve/platform/ops/paged_prefill.h"
 #include "kvserve/platform/platform.h"
 #include "support/cuda_param_test.h"
@@ -169,15 +173,67 @@ class DecodeInputs {
   // Runs the kernel on a NaN-filled output (a row never written shows) and returns the output.
   // With split counters it also checks that the launch left every counter zero.
   std::vector<uint16_t> run(const ops::PagedDecodePlan& plan, int32_t stages = 0,
-                            bool counters = true) {
+                            bool counters = true, bool early = false) {
     EXPECT_LE(
         static_cast<size_t>(batch()) * shape_.num_q_heads * plan.num_splits * (shape_.head_dim + 1),
         std::max<size_t>(ws_floats_, 1))
         << "test workspace too small";
     cuda_.memset(d_out_.data(), 0xff, out_elems_ * 2);
-    ops::paged_decode_tc(cuda_, params(plan, counters), {}, stages);
+    ops::PagedDecodeParams p = params(plan, counters);
+    p.stable_before_wait = early;
+    ops::paged_decode_tc(cuda_, p, {}, stages);
     std::vector<uint16_t> out = read_out();
     if (counters) expect_counters_zero();
+    return out;
+  }
+
+  // A decode step's last two kernels: ops::store_kv writes new K and V rows (from `seed`) at
+  // every query's last position, then the attention reads the pool with stable_before_wait, as
+  // the cuda-paged backend launches them (both with PDL; nothing between them). Updates the
+  // host pool and the reference, and returns the attention's output.
+  std::vector<uint16_t> store_last_rows_then_run(const ops::PagedDecodePlan& plan, uint64_t seed) {
+    const int32_t ps = shape_.page_size;
+    const int64_t row = int64_t{shape_.num_kv_heads} * shape_.head_dim;
+    std::vector<int32_t> loc;
+    for (int32_t b = 0; b < batch(); ++b) {
+      const int32_t t = seq_lens_[b] - 1;
+      if (t >= 0) loc.push_back(page_ids_[indptr_[b] + t / ps] * ps + t % ps);
+    }
+    std::mt19937_64 rng(seed);
+    const std::vector<uint16_t> nk = random_bf16(rng(), static_cast<int64_t>(loc.size()) * row);
+    const std::vector<uint16_t> nv = random_bf16(rng(), static_cast<int64_t>(loc.size()) * row);
+    for (size_t i = 0; i < loc.size(); ++i) {
+      std::copy_n(nk.begin() + static_cast<int64_t>(i) * row, row, k_.begin() + loc[i] * row);
+      std::copy_n(nv.begin() + static_cast<int64_t>(i) * row, row, v_.begin() + loc[i] * row);
+    }
+    Buffer d_loc = upload(loc);
+    Buffer d_nk = upload(nk);
+    Buffer d_nv = upload(nv);
+    cuda_.memset(d_out_.data(), 0xff, out_elems_ * 2);
+    cuda_.synchronize();
+    ops::store_kv(cuda_, {.k = d_nk.data(),
+                          .v = d_nv.data(),
+                          .src_dtype = DType::kBF16,
+                          .k_cache = d_k_.data(),
+                          .v_cache = d_v_.data(),
+                          .cache_dtype = DType::kBF16,
+                          .loc = d_loc.data_as<int32_t>(),
+                          .num_tokens = static_cast<int64_t>(loc.size()),
+                          .row_elems = row,
+                          .num_slots = static_cast<int64_t>(k_.size() / static_cast<size_t>(row))});
+    ops::PagedDecodeParams p = params(plan);
+    p.stable_before_wait = true;
+    ops::paged_decode_tc(cuda_, p);
+    std::vector<uint16_t> out = read_out();
+    expect_counters_zero();
+    ops::PagedDecodeParams hp = params(ops::PagedDecodePlan{});
+    hp.q = q_.data();
+    hp.k_cache = k_.data();
+    hp.v_cache = v_.data();
+    hp.page_indptr = indptr_.data();
+    hp.page_ids = page_ids_.data();
+    hp.seq_lens = seq_lens_.data();
+    ops::reference::paged_decode_parallel(hp, ref_.data());
     return out;
   }
 
@@ -277,6 +333,7 @@ struct SplitMode {
   int32_t min_tokens_per_split;
   int32_t stages;
   bool counters = true;  // the last split block merges; false: the merge kernel
+  bool early = false;    // stable_before_wait: metadata and first tiles read before the PDL wait
 };
 
 std::vector<SplitMode> split_modes() {
@@ -291,6 +348,9 @@ std::vector<SplitMode> split_modes() {
       {"forced40_per_req", kMostSplits, 128, 0},
       {"planned_s3_merge_kernel", 0, -1, 3, false},
       {"forced16_alike_merge_kernel", 16, 0, 0, false},
+      {"planned_s3_early", 0, -1, 3, true, true},
+      {"forced1_early", 1, 0, 0, true, true},
+      {"forced16_per_req_early_merge_kernel", 16, 64, 0, false, true},
   };
 }
 
@@ -312,7 +372,7 @@ void check_all_modes(platform::Platform& cuda, DecodeInputs& in, const Shape& s,
   const int32_t num_sms = ops::num_compute_units(cuda);
   for (const SplitMode& m : split_modes()) {
     const ops::PagedDecodePlan plan = plan_for(m, in, s, num_sms);
-    const Error e = error_of(in.run(plan, m.stages, m.counters), in.ref());
+    const Error e = error_of(in.run(plan, m.stages, m.counters, m.early), in.ref());
     EXPECT_LE(e.ulp, kMaxUlp) << what << " mode " << m.name << " (" << plan.num_splits
                               << " splits) seed " << in.seed() << " abs " << e.abs;
   }
@@ -399,6 +459,36 @@ TEST(PagedDecodeTc, RealHeadShapes) {
       EXPECT_LE(e.ulp, kMaxUlp) << "heads " << s.num_q_heads << "/" << s.num_kv_heads << " d"
                                 << s.head_dim << " ps" << s.page_size << " splits "
                                 << plan.num_splits << " seed " << seed << " abs " << e.abs;
+    }
+  }
+}
+
+// --- a decode step: the K/V store right before the attention, which reads early ---------------
+// The attention reads its metadata and first tiles before waiting for the store (PDL) but must
+// see the rows the store writes: each query's last position, in whichever split and tile it
+// falls (lengths that end a tile, start one, or fit in the first tiles; every split count).
+TEST(PagedDecodeTc, EarlyLoadsSeeTheStoredLastRow) {
+  auto cuda = cuda_or_null();
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  const int32_t num_sms = ops::num_compute_units(*cuda);
+  for (const int32_t ps : {1, 16, 128}) {
+    const Shape s{32, 8, 128, ps};
+    const uint64_t seed = 4242 + ps;
+    std::cout << "[ seed     ] " << seed << " page size " << ps << std::endl;
+    const std::vector<int32_t> lens = {4096, 1, 64, 65, 128, 129, 200, 1000, 4097, 0, 3000};
+    DecodeInputs in(*cuda, s, lens, seed, kMostSplits);
+    for (const int32_t splits : {0, 1, 3, 16}) {
+      SplitMode m{"", splits, 0, 0};
+      const ops::PagedDecodePlan plan =
+          splits == 0 ? ops::plan_paged_decode_tc(in.batch(), s.num_q_heads, s.num_kv_heads,
+                                                  s.head_dim, in.max_len(), num_sms)
+                      : plan_for(m, in, s, num_sms);
+      for (int step = 0; step < 4; ++step) {
+        const Error e =
+            error_of(in.store_last_rows_then_run(plan, seed + 100 * splits + step), in.ref());
+        EXPECT_LE(e.ulp, kMaxUlp) << "page size " << ps << " splits " << plan.num_splits << " step "
+                                  << step << " seed " << seed << " abs " << e.abs;
+      }
     }
   }
 }

@@ -433,6 +433,11 @@ class CudaPagedBackend final : public AttentionBackend {
         .sm_scale = layer.scaling,
         .window_left = layer.window_left,
         .logit_softcap = layer.logit_softcap,
+        // A decode step (one new token per request): its metadata was written before the step's
+        // first kernel and the kernels before the attention store only each request's newest
+        // K/V row, so the kernel may read the rest before waiting for them. An extend's queries
+        // read rows its own step stores.
+        .stable_before_wait = batch.is_decode() && qs.num_queries == batch.batch_size(),
     };
     if (use_tc(layer.num_heads, layer.num_kv_heads, layer.head_dim, p.page_size)) {
       ops::paged_decode_tc(platform_, p);

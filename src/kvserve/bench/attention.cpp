@@ -290,6 +290,8 @@ Result<AttentionBenchResult> run_attention_bench(platform::Platform& platform,
   p.v_scale = is_float8(c.kv_dtype) ? c.v_scale : 1.0f;
   p.window_left = c.window_left;
   p.logit_softcap = c.logit_softcap;
+  // The bench's metadata and K/V are uploaded once, before every launch: stable.
+  p.stable_before_wait = c.early_loads;
 
   if (c.layers < 0) return invalid_argument("--layers {}: 0 or more", c.layers);
   if (c.layers > 0 && c.flush_l2)

@@ -48,6 +48,9 @@ struct AttentionBenchConfig {
   // cache (one page table, as a model's layers share theirs), and reports the time per launch:
   // what a decode step pays per layer, with no host launch gap and no cache reused from L2.
   int32_t layers = 0;
+  // Decode, tensor cores: read the metadata and the first K/V tiles before waiting for the
+  // preceding kernel (PagedDecodeParams::stable_before_wait), as a decode step's attention does.
+  bool early_loads = true;
   uint64_t seed = 1;
   bool check = true;              // compute the reference and the max error
   bool measure_copy = true;       // time a 1 GiB device copy for the roofline

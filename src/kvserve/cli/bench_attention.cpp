@@ -52,6 +52,7 @@ int run_one(platform::Platform& platform, const bench::AttentionBenchConfig& c) 
   if (!prefill && r->ctas_per_sm > 0) j["ctas_per_sm"] = r->ctas_per_sm;
   if (!prefill && c.flush_l2) j["flush_l2"] = true;
   if (!prefill && c.layers > 0) j["layers"] = c.layers;
+  if (!prefill && !c.early_loads) j["early_loads"] = false;
   j["median_ms"] = r->median_ms;
   if (prefill) {
     j["tflops"] = r->tflops;
@@ -149,6 +150,10 @@ Command add_bench_attention_command(CLI::App& app) {
                   "(a decode step's layers), and report the time per launch (0: each launch "
                   "alone between events)")
       ->capture_default_str();
+  cmd->add_flag("!--no-early-loads", a->config.early_loads,
+                "decode, tensor cores: wait for the preceding kernel before any read (the "
+                "metadata and first K/V tiles are otherwise read before the wait, as a decode "
+                "step does)");
   cmd->add_option("--seed", a->config.seed)->capture_default_str();
   cmd->add_flag("!--no-check", a->config.check, "Skip the float64 reference");
   return {cmd, [a] {

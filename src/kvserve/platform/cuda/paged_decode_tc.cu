@@ -31,6 +31,11 @@
 // A lane holds the scores and the output columns of the same two heads (2 * (lane % 4) + {0, 1}),
 // so the softmax statistics need only the reductions across its column (3 shuffles) and no
 // exchange with the output. Heads past the group are zero queries whose columns are dropped.
+// Programmatic dependent launch: a block waits for the preceding kernel before its first read,
+// unless the caller vouches that the metadata and every K/V row but each query's last were written
+// before that kernel started (PagedDecodeParams::stable_before_wait: a decode step); then it
+// reads the query's length and page ids and issues its first STAGES - 1 tiles (when they do not
+// hold the last position) before the wait, and Q and the rest after it.
 // Splits (num_splits > 1): each block writes its normalised partial output (f32) and log-sum-exp
 // (log2 domain) to the workspace in paged_decode's layout. With split counters (the plan's
 // workspace) the last block of each (query, KV head) to finish combines them: it counts itself on
@@ -169,7 +174,10 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
   auto* sKw = reinterpret_cast<__nv_bfloat16*>(sV + STAGES * T::kStageElems);
   __nv_bfloat16* sVw = sKw + T::kStageElems;
 
-  pdl_enter();  // pdl.cuh: launched with launch_pdl; the merge kernel may be scheduled early
+  // pdl.cuh: launched with launch_pdl. With stable_before_wait the metadata and the first tiles
+  // are read before the wait (below), overlapping the preceding kernel's tail.
+  const bool early = p.pdl && p.stable_before_wait;
+  if (!early) pdl_enter();
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -188,24 +196,6 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
   const int begin = lo + range.begin;
   const int end = lo + range.end;
   const int n_tiles = (end - begin + kDecTile - 1) / kDecTile;
-
-  // Q^T as B fragments: lane (g, quad) holds head g's dimensions 16 kk + 2 quad + {0, 1} and
-  // + 8 (zeros for heads past the group).
-  const int g = lane / 4;
-  const int quad = lane % 4;
-  uint32_t qb[T::kKSteps][2];
-  {
-    const bool real = g < group;
-    const auto* qrow =
-        static_cast<const __nv_bfloat16*>(p.q) +
-        (static_cast<int64_t>(b) * p.num_q_heads + kvh * group + (real ? g : 0)) * HEAD_DIM +
-        2 * quad;
-#pragma unroll
-    for (int kk = 0; kk < T::kKSteps; ++kk) {
-      qb[kk][0] = real ? *reinterpret_cast<const uint32_t*>(qrow + 16 * kk) : 0u;
-      qb[kk][1] = real ? *reinterpret_cast<const uint32_t*>(qrow + 16 * kk + 8) : 0u;
-    }
-  }
 
   // Loads: thread tid copies chunk tid % kLoadChunks of rows tid / kLoadChunks + i * kRowStep.
   const int32_t first = p.page_indptr[b];
@@ -255,9 +245,38 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
     for (int s = 0; s < STAGES - 1; ++s)
       fetch_pages(pre[s], s);
     fetch_pages(pg, STAGES - 1);
+    // The first tiles before the wait too, unless they hold the query's last position (the row
+    // the preceding kernel stores): the pipeline's first loads overlap that kernel's tail.
+    const bool tiles_early = early && min(end, begin + (STAGES - 1) * kDecTile) < seq;
+    if (tiles_early) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s)
-      issue(pre[s], s);
+      for (int s = 0; s < STAGES - 1; ++s)
+        issue(pre[s], s);
+    }
+    if (early) pdl_enter();
+    if (!tiles_early) {
+#pragma unroll
+      for (int s = 0; s < STAGES - 1; ++s)
+        issue(pre[s], s);
+    }
+  }
+
+  // Q^T as B fragments: lane (g, quad) holds head g's dimensions 16 kk + 2 quad + {0, 1} and
+  // + 8 (zeros for heads past the group).
+  const int g = lane / 4;
+  const int quad = lane % 4;
+  uint32_t qb[T::kKSteps][2];
+  {
+    const bool real = g < group;
+    const auto* qrow =
+        static_cast<const __nv_bfloat16*>(p.q) +
+        (static_cast<int64_t>(b) * p.num_q_heads + kvh * group + (real ? g : 0)) * HEAD_DIM +
+        2 * quad;
+#pragma unroll
+    for (int kk = 0; kk < T::kKSteps; ++kk) {
+      qb[kk][0] = real ? *reinterpret_cast<const uint32_t*>(qrow + 16 * kk) : 0u;
+      qb[kk][1] = real ? *reinterpret_cast<const uint32_t*>(qrow + 16 * kk + 8) : 0u;
+    }
   }
 
   // fp8: q . (stored * k_scale) = k_scale (q . stored), folded into the softmax scale.

@@ -80,6 +80,12 @@ struct PagedDecodeParams {
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
   // platform's KernelSwitches::pdl.
   bool pdl = true;
+  // With pdl: seq_lens, page_indptr, page_ids and every K/V row before each query's last
+  // position were written by work that completed before the kernel launched ahead of this one
+  // (true of a decode step: the step's metadata is uploaded before its first kernel and only the
+  // new token's row is stored by the kernel before the attention). The tensor-core kernel then
+  // reads them before waiting for that kernel (pdl.cuh), overlapping its tail.
+  bool stable_before_wait = false;
 };
 
 // The first KV position a query at position `seq_len` - 1 reads under a window (window_left < 0:
