@@ -2,17 +2,19 @@
 // ops/sampling_params.h, the CPU implementation in ops/sampling.cpp is the reference, and
 // sampling.cu keeps the radix-select kernel for A/B). Each row is split over a cluster of CTAs of
 // 512 threads (a thread block cluster on sm_90, up to 8 CTAs; one CTA elsewhere): CTA r owns a
-// contiguous run of 2048-logit tiles (its segment) and keeps it in shared memory (with one CTA
-// per SM; a batch of more clusters than fit at once takes a kernel of two CTAs per SM, half the
-// registers, that caches what half the shared memory holds and reads the rest from L2 in each
-// pass: the same arithmetic, so the same bits), and the cluster's CTAs exchange partial results
-// through distributed shared memory. No sort of the row and no float64 atomics:
+// contiguous run of 2048-logit tiles (its segment) and keeps what its shared memory holds of it
+// (the rest is read again from L2 by each pass; with two CTAs per SM, the kernel of half the
+// registers, half the shared memory each), and the cluster's CTAs exchange partial results
+// through distributed shared memory. The cluster size and the CTAs per SM follow the batch
+// (choose_launch: one wave of rows if the device holds it, the fewest tiles per SM slot), and a
+// row's result does not depend on them: every sum over a row is fixed-point (Fixed: per group of
+// 4 logits, added as integers), the rest are counts, maxima and per-chunk scans. No sort of the
+// row and no float64 atomics:
 //   1. penalties in place (each CTA its segment's tokens); the segment streamed into shared memory
 //      (one bulk copy per tile; per-thread float4 loads for a row that is not 16-byte aligned)
-//      with its max and argmax (lowest id on ties) and, when a row wants its logprob, the online
-//      sum of exp(logit) over the running max (kept per group of 4 logits: the raw row's
-//      log-sum-exp). The CTAs' partials combine into the row's (every CTA reads all of them); a
-//      greedy row stops here;
+//      with its max and argmax (lowest id on ties). The CTAs' partials combine into the row's
+//      (every CTA reads all of them); a greedy row stops here (after a pass for the log-sum-exp
+//      when it wants its logprob);
 //   2. top-k / top-p: each CTA counts its tokens in 4096 bins of the distance below the max,
 //      d = (max - logit) / temperature in [0, 32) (1/128 nat each; the rest overflow), and every
 //      CTA sums the cluster's counts (and, for top-p without top-k, the row's mass exp(-d), the
@@ -34,13 +36,13 @@
 //      128-id chunks (a warp scan: warp w of tile t owns ids [2048 t + 128 w, + 128)); CTA 0
 //      collects the row's chunk sums, one block scan over them places u * kept mass in a chunk,
 //      and one warp rescans that chunk for the first kept token in id order whose cumulative mass
-//      exceeds it (the last kept one if rounding leaves none).
+//      exceeds it (the last kept one if rounding leaves none). The same pass sums exp(logit -
+//      max) for a row that wants its logprob.
 // The draw and the kept set are the host's (one u per (seed, step), kept tokens visited in id
 // order), so seeded tokens equal the host's and the radix kernel's except where a draw or a
-// threshold falls within float rounding of a boundary. Probabilities are exp(-d) in f32; sums of
-// more than one chunk are f64. The cluster size depends on the vocabulary alone (about 16 tiles,
-// 128 KiB, per CTA: 4 CTAs for a 128k vocabulary), so a row's sums, and its token, do not depend
-// on its batch.
+// threshold falls within float rounding of a boundary. Probabilities are exp(-d) in f32; sums
+// over the row are fixed-point at 2^-40 (exact in their integer adds), scans of sorted positions
+// and of chunk sums f64.
 #include <algorithm>
 #include <array>
 #include <mutex>
@@ -70,23 +72,29 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   for (int b = tid; b < kNumBins; b += kThreads)
     s.u.count.local[b] = 0;
   __syncthreads();
-  float z_sum = 0.0f;
-  for_each_logit_padded(seg, [&](int, float v) {
-    const float d = dist(v);
-    const int b = dist_bin(d);
-    if (b < kNumBins) atomicAdd(&s.u.count.local[b], 1);
-    if (want_z) z_sum += dist_prob(d);
+  Fixed z_sum = 0;
+  for_each_tile(seg, [&](int, int, const float(&v)[4]) {
+    float z4 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float d = dist(v[j]);
+      const int b = dist_bin(d);
+      if (b < kNumBins) atomicAdd(&s.u.count.local[b], 1);
+      if (want_z) z4 += dist_prob(d);
+    }
+    if (want_z) z_sum += to_fixed(z4);
   });
   if (want_z) {
-    const double z = BlockReduceD(s.cub.rd).Sum(static_cast<double>(z_sum));
+    const Fixed z = BlockReduceX(s.cub.rx).Sum(z_sum);
     if (tid == 0) s.part.z = z;
   }
   RowCluster::sync();
-  double z_total = 0;  // the cluster's partials in rank order (every CTA sums alike)
+  Fixed z_fixed = 0;  // the cluster's partials (integers: any order gives the same)
   if (want_z) {
     for (int r = 0; r < csize; ++r)
-      z_total += RowCluster::peer(&s.part, r)->z;
+      z_fixed += RowCluster::peer(&s.part, r)->z;
   }
+  const double z_total = from_fixed(z_fixed);
   // Thread t owns bins [kBinsPerThread * t, + kBinsPerThread): their counts summed over the
   // cluster (16-byte loads, every CTA's issued before any is added).
   static_assert(kBinsPerThread == 8);
@@ -108,7 +116,7 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
       c[7] += b.w;
     }
   }
-  RowCluster::sync();  // every CTA has read the others' counts (the space is reused below)
+  // (No barrier for the peers' reads of count.local: the gather writes sel.local, past it.)
 
   // Thread t owns bins [kBinsPerThread * t, + kBinsPerThread). A bin's tokens have probabilities
   // within [exp(-(b + 1) / kBinsPerNat), exp(-b / kBinsPerNat)] (widened for f32 rounding): lower
@@ -222,36 +230,43 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
   const int k_lim = use_k ? k_bin : 0;
   const int range_lim = use_p ? lo_bin : 0;
   const int before_lim = max(k_lim, range_lim);
-  double k_mass_before = 0;
-  double range_mass_before = 0;
-  for_each_logit_padded(seg, [&](int i, float v) {
-    const float d = dist(v);
-    const int b = dist_bin(d);
-    if (b < before_lim) {
-      const float pr = dist_prob(d);
-      if (b < k_lim) k_mass_before += pr;
-      if (b < range_lim) range_mass_before += pr;
-    }
-    if (gathered(b)) {
-      const int slot = atomicAdd(&s.i[7], 1);
-      if (slot < kCap) {
-        sel.local[slot] =
-            (static_cast<unsigned long long>(~order_key(v)) << 32) | static_cast<uint32_t>(i);
+  Fixed k_fixed = 0;
+  Fixed range_fixed = 0;
+  for_each_tile(seg, [&](int, int i0, const float(&v)[4]) {
+    float k4 = 0.0f;
+    float range4 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float d = dist(v[j]);
+      const int b = dist_bin(d);
+      if (b < before_lim) {
+        const float pr = dist_prob(d);
+        if (b < k_lim) k4 += pr;
+        if (b < range_lim) range4 += pr;
+      }
+      if (gathered(b)) {
+        const int slot = atomicAdd(&s.i[7], 1);
+        if (slot < kCap) {
+          sel.local[slot] = (static_cast<unsigned long long>(~order_key(v[j])) << 32) |
+                            static_cast<uint32_t>(i0 + j);
+        }
       }
     }
+    if (k4 != 0.0f) k_fixed += to_fixed(k4);
+    if (range4 != 0.0f) range_fixed += to_fixed(range4);
   });
-  k_mass_before = BlockReduceD(s.cub.rd).Sum(k_mass_before);
-  if (tid == 0) s.part.k_mass = k_mass_before;
+  k_fixed = BlockReduceX(s.cub.rx).Sum(k_fixed);
+  if (tid == 0) s.part.k_mass = k_fixed;
   __syncthreads();
-  range_mass_before = BlockReduceD(s.cub.rd).Sum(range_mass_before);
+  range_fixed = BlockReduceX(s.cub.rx).Sum(range_fixed);
   if (tid == 0) {
-    s.part.range_mass = range_mass_before;
+    s.part.range_mass = range_fixed;
     s.part.gathered = min(s.i[7], kCap);
   }
   RowCluster::sync();
-  // The cluster's gathered tokens, in CTA order, and its masses (every CTA sums alike).
-  k_mass_before = 0;
-  range_mass_before = 0;
+  // The cluster's gathered tokens, in CTA order, and its masses (integers: any order).
+  k_fixed = 0;
+  range_fixed = 0;
   int merged = 0;
   for (int r = 0; r < csize; ++r) {
     const Partial* pr = RowCluster::peer(&s.part, r);
@@ -260,10 +275,14 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
     for (int q = tid; q < n && merged + q < kCap; q += kThreads)
       sel.keys[merged + q] = keys[q];
     merged += n;
-    k_mass_before += pr->k_mass;
-    range_mass_before += pr->range_mass;
+    k_fixed += pr->k_mass;
+    range_fixed += pr->range_mass;
   }
-  RowCluster::sync();                 // every CTA has read the others' tokens
+  const double k_mass_before = from_fixed(k_fixed);
+  const double range_mass_before = from_fixed(range_fixed);
+  // (No barrier for the peers' reads of sel.local: the sort writes sel.keys and the draw
+  // chunk.local, both before it; every CTA has read it by the draw's barrier.)
+  __syncthreads();
   if (merged != n_all) return false;  // cannot happen: the counts and the gather bin alike
   int n_pow2 = 1;
   while (n_pow2 < n_all)
@@ -435,40 +454,21 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
                   (seg.tile0 + seg.ntiles) * kTile);
 
   // Step 1: the segment into shared memory, its max and argmax (lowest id on ties, NaNs never
-  // win) and, for a row whose raw logits are still there and that wants its logprob, the online
-  // sum of exp(logit) over the running max.
+  // win).
   const bool want_lse = p.out_logprobs != nullptr && pen_end == pen_begin;
   float best = -FLT_MAX;
   int best_i = INT_MAX;
-  float run_max = -INFINITY;
-  float run_sum = 0.0f;
   stream_segment(cache, tile_bars, seg, [&](int i0, const float(&v)[4]) {
-    // Per group of 4: the first max in id order (ids ascend within a thread, so the first max
-    // stays; NaNs never win), then the running sums rescaled once to the group's max.
-    float m = -INFINITY;
+  // The first max in id order (ids ascend within a thread, so the first max stays).
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const bool in = i0 + j < vocab;
-      if (in && v[j] > best) {
+      if (i0 + j < vocab && v[j] > best) {
         best = v[j];
         best_i = i0 + j;
       }
-      if (in) m = fmaxf(m, v[j]);  // fmaxf skips NaN
-    }
-    if (want_lse) {
-      if (m > run_max) {
-        run_sum *= exp2f((run_max - m) * kLog2e);
-        run_max = m;
-      }
-      if (run_max != -INFINITY) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (i0 + j < vocab && v[j] == v[j]) run_sum += exp2f((v[j] - run_max) * kLog2e);
-        }
-      }
     }
   });
-  // This CTA's partial: its max, the lowest id holding it, and its sum relative to its max.
+  // This CTA's partial: its max and the lowest id holding it.
   const float seg_max = BlockReduceF(s.cub.rf).Reduce(best, MaxOp{});
   if (tid == 0) s.f = seg_max;
   __syncthreads();
@@ -479,28 +479,30 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     s.part.arg = cta_arg;
     s.part.lse = 0;
   }
-  __syncthreads();
-  if (want_lse) {
-    const double mine =
-        run_sum > 0.0f ? static_cast<double>(run_sum) * exp(static_cast<double>(run_max) - cta_max)
-                       : 0.0;
-    const double sum = BlockReduceD(s.cub.rd).Sum(mine);
-    if (tid == 0) s.part.lse = sum;
-    __syncthreads();
-  }
   RowCluster::sync();
-  // The row's: every thread combines the cluster's partials in rank order.
+  // The row's: every thread combines the cluster's partials.
   float row_max = -FLT_MAX;
   for (int r = 0; r < csize; ++r)
     row_max = fmaxf(row_max, RowCluster::peer(&s.part, r)->max);
   int arg = INT_MAX;
-  double raw_sum = 0;
   for (int r = 0; r < csize; ++r) {
     const Partial* pr = RowCluster::peer(&s.part, r);
     if (pr->max == row_max) arg = min(arg, pr->arg);
-    if (pr->lse > 0) raw_sum += pr->lse * exp(static_cast<double>(pr->max) - row_max);
   }
-  RowCluster::sync();  // every CTA has read the partials (a greedy row's CTAs exit next)
+  // A greedy row's CTAs (but CTA 0) exit next: not before every CTA has read their partials. The
+  // other rows' CTAs write only other fields of `part` before their next barrier.
+  if (rp.greedy != 0 && !want_lse) RowCluster::sync();
+  // A logprob's normaliser: exp(logit - row max) summed per group of 4 (NaN and the -inf padding
+  // weigh 0), in the draw's pass or, for a greedy row, a pass of its own; CTA 0 adds the
+  // cluster's partials.
+  const auto lse_terms = [&](const float(&v)[4]) {
+    float e = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      e += v[j] == v[j] ? exp2f((v[j] - row_max) * kLog2e) : 0.0f;
+    return to_fixed(e);
+  };
+  Fixed lse_sum = 0;
   int token = arg < vocab ? arg : 0;
 
   if (rp.greedy == 0) {
@@ -510,7 +512,9 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     const bool bounded = (rp.top_k > 0 && rp.top_k < vocab) || rp.top_p < 1.0f;
     if (bounded) {
       if (!bin_boundaries(seg, rp, dist, s, &k_found, &p_found)) {
-        __syncthreads();
+        // Every CTA of the cluster gives up at the same point; the radix select's storage
+        // overlaps what peers may still be reading.
+        RowCluster::sync();
         radix_boundaries(x, vocab, rp, row_max, s.u.radix, &k_found, &p_found);
       }
       __syncthreads();
@@ -535,6 +539,7 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     const int lane = tid & 31;
     const int nchunks = (vocab + kChunk - 1) / kChunk;
     for_each_tile(seg, [&](int tile, int i0, const float(&v)[4]) {
+      if (want_lse) lse_sum += lse_terms(v);
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
@@ -543,8 +548,15 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       const float incl = __any_sync(0xffffffffu, sum != 0.0f) ? warp_inclusive_sum(sum) : 0.0f;
       if (lane == 31) s.u.chunk.local[(tile - seg.tile0) * kWarps + warp] = incl;
     });
+    if (want_lse) {
+      lse_sum = BlockReduceX(s.cub.rx).Sum(lse_sum);
+      if (tid == 0) s.part.lse = lse_sum;
+    }
     RowCluster::sync();
     if (rank == 0) {
+      lse_sum = 0;
+      for (int r = 0; r < csize; ++r)
+        lse_sum += RowCluster::peer(&s.part, r)->lse;
       // CTA r's chunks start at its first tile's.
       const int per = (((vocab + kTile - 1) / kTile) + csize - 1) / csize;
       for (int c = tid; c < nchunks; c += kThreads) {
@@ -631,6 +643,18 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     }
     __syncthreads();
     token = s.i[0];
+  } else if (want_lse) {
+    for_each_tile(seg, [&](int, int, const float(&v)[4]) { lse_sum += lse_terms(v); });
+    lse_sum = BlockReduceX(s.cub.rx).Sum(lse_sum);
+    if (tid == 0) s.part.lse = lse_sum;
+    RowCluster::sync();
+    if (rank == 0) {
+      lse_sum = 0;
+      for (int r = 0; r < csize; ++r)
+        lse_sum += RowCluster::peer(&s.part, r)->lse;
+    }
+    RowCluster::sync();  // CTA 0 has read the partials
+    if (rank != 0) return;
   } else if (rank != 0) {
     return;
   }
@@ -638,9 +662,9 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   if (tid == 0) {
     p.out_tokens[row] = token;
     if (p.out_logprobs != nullptr) {
-      p.out_logprobs[row] = pen_end == pen_begin
-                                ? static_cast<float>(x[token] - (row_max + log(raw_sum)))
-                                : __int_as_float(0x7fc00000);  // NaN: the raw row is gone
+      p.out_logprobs[row] =
+          pen_end == pen_begin ? static_cast<float>(x[token] - (row_max + log(from_fixed(lse_sum))))
+                               : __int_as_float(0x7fc00000);  // NaN: the raw row is gone
     }
   }
 }
@@ -727,51 +751,72 @@ int active_clusters(int64_t csize, int64_t tiles, int64_t cached) {
   return clusters;
 }
 
-// The cluster size for rows of `vocab` logits: enough CTAs that each caches at most kTargetTiles
-// tiles, up to 8, and more than that only where the shared memory needs it (at most
-// DeviceLimits::max_tiles per CTA: ~23, so ~376k logits in 8 CTAs); 0 when a row does not fit
-// (the radix kernel then runs). It depends on the vocabulary alone, never on the batch: the
-// row's sums combine the CTAs' partials, so a seeded row draws the same token whatever its batch.
-int cluster_size(int64_t vocab, const DeviceLimits& d) {
-  constexpr int64_t kTargetTiles = 16;  // 128 KiB of logits per CTA
-  const int64_t tiles = (vocab + kTile - 1) / kTile;
-  if (tiles * kWarps > kMaxChunks || d.max_tiles <= 0) return 0;
-  const int64_t max_size = std::min<int64_t>(d.clusters ? kMaxCluster : 1, tiles);
-  const int64_t want =
-      std::max((tiles + d.max_tiles - 1) / d.max_tiles,
-               std::min<int64_t>(kMaxCluster, (tiles + kTargetTiles - 1) / kTargetTiles));
-  for (int64_t c = std::max<int64_t>(want, 1); c <= max_size; ++c) {
-    if (!d.clusters) return static_cast<int>(c);
-    if (active_clusters<1>(c, tiles, d.max_tiles) > 0) return static_cast<int>(c);
-  }
-  return 0;
-}
-
-// How a vocabulary's rows run on one device: the cluster size (0: the radix kernel), and how many
-// clusters fit at once with one CTA per SM and with two.
-struct RowPlan {
+// How rows of one vocabulary can run on one device: for each cluster size, how many clusters fit
+// at once with one CTA per SM (the whole shared memory each) and with two (half each).
+struct VocabPlan {
   int64_t vocab = -1;
-  int size = 0;
-  int active_one = 0;
-  int active_two = 0;
+  int64_t tiles = 0;
+  std::array<int, kMaxCluster + 1> active_one{};
+  std::array<int, kMaxCluster + 1> active_two{};
 };
 
 // The plan, remembered per device for the last vocabulary asked (the occupancy queries cost
 // microseconds and a model has one vocabulary).
-RowPlan cached_plan(int64_t vocab, int device, const DeviceLimits& d) {
+VocabPlan cached_plan(int64_t vocab, int device, const DeviceLimits& d) {
   static std::mutex mu;
-  static std::array<RowPlan, 64> cache{};
+  static std::array<VocabPlan, 64> cache{};
   const std::lock_guard<std::mutex> lock(mu);
-  RowPlan& e = cache.at(static_cast<size_t>(device));
+  VocabPlan& e = cache.at(static_cast<size_t>(device));
   if (e.vocab != vocab) {
-    e = {vocab, cluster_size(vocab, d), 0, 0};
-    const int64_t tiles = (vocab + kTile - 1) / kTile;
-    if (e.size > 0 && d.clusters) {
-      e.active_one = active_clusters<1>(e.size, tiles, d.max_tiles);
-      e.active_two = active_clusters<2>(e.size, tiles, d.half_tiles);
+    e = {vocab, (vocab + kTile - 1) / kTile, {}, {}};
+    for (int c = 1; d.clusters && c <= kMaxCluster && c <= e.tiles; ++c) {
+      e.active_one[c] = active_clusters<1>(c, e.tiles, d.max_tiles);
+      e.active_two[c] = active_clusters<2>(c, e.tiles, d.half_tiles);
     }
   }
   return e;
+}
+
+// One launch: `size` CTAs per row, and whether two CTAs share an SM (the kernel that caches half
+// as much); size 0: the radix kernel.
+struct RowLaunch {
+  int size = 0;
+  bool two = false;
+};
+
+// The launch for `rows` rows. Every cluster size gives a row the same bits (its sums are fixed-
+// point, Fixed), so the size follows the batch: among the sizes (and CTAs per SM) that run every
+// row in one wave, the one that leaves the fewest tiles per SM slot (a row's latency is its
+// dependent passes over its CTA's tiles plus a fixed chain of reductions and cluster barriers);
+// when none does, four-CTA-ish clusters (about 16 tiles each), two per SM, for throughput.
+// Devices without clusters run one CTA per row that caches the whole row, or the radix kernel.
+RowLaunch choose_launch(int64_t rows, const VocabPlan& v, const DeviceLimits& d) {
+  const int64_t tiles = v.tiles;
+  if (tiles * kWarps > kMaxChunks || d.max_tiles <= 0 || rows > 65535) return {};
+  if (!d.clusters) return tiles <= d.max_tiles ? RowLaunch{1, false} : RowLaunch{};
+  RowLaunch best;
+  int64_t best_load = INT64_MAX;
+  for (int c = 1; c <= kMaxCluster && c <= tiles; ++c) {
+    const int64_t per = (tiles + c - 1) / c;
+    for (const bool two : {false, true}) {
+      const int active = two ? v.active_two[c] : v.active_one[c];
+      if (active <= 0 || rows > active) continue;
+      // CTAs an SM runs at once: one, or two when the rows' CTAs outnumber the SMs.
+      const int64_t per_sm = two && rows * c > d.sms ? 2 : 1;
+      const int64_t load = per * per_sm;
+      if (load < best_load) {
+        best_load = load;
+        best = {c, two};
+      }
+    }
+  }
+  if (best.size > 0) return best;
+  constexpr int64_t kTargetTiles = 16;  // 128 KiB of logits per CTA
+  const int c = static_cast<int>(
+      std::clamp<int64_t>((tiles + kTargetTiles - 1) / kTargetTiles, 1, kMaxCluster));
+  if (v.active_two[c] > 0) return {c, true};
+  if (v.active_one[c] > 0) return {c, false};
+  return {};
 }
 
 }  // namespace
@@ -781,18 +826,15 @@ void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream) {
   int device = 0;
   KV_CUDA_CHECK(cudaGetDevice(&device));
   const DeviceLimits d = device_limits(device);
-  const RowPlan plan = params.rows <= 65535 ? cached_plan(params.vocab, device, d) : RowPlan{};
-  if (plan.size == 0) return sample_rows_radix(params, stream);
+  const RowLaunch launch = choose_launch(params.rows, cached_plan(params.vocab, device, d), d);
+  if (launch.size == 0) return sample_rows_radix(params, stream);
   const int64_t tiles = (params.vocab + kTile - 1) / kTile;
-  // More rows than one wave of one-CTA-per-SM clusters: two CTAs per SM, if more clusters fit
-  // that way (the same bits either way: SeededRowIgnoresItsBatch).
-  const bool two = d.clusters && params.rows > plan.active_one && plan.active_two > plan.active_one;
-  const BinsLaunch launch(plan.size, params.rows, tiles, two ? d.half_tiles : d.max_tiles,
-                          d.clusters, static_cast<cudaStream_t>(stream.ptr));
-  if (two) {
-    KV_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, sample_rows_bins_kernel<2>, params));
+  const BinsLaunch cfg(launch.size, params.rows, tiles, launch.two ? d.half_tiles : d.max_tiles,
+                       d.clusters, static_cast<cudaStream_t>(stream.ptr));
+  if (launch.two) {
+    KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg.cfg, sample_rows_bins_kernel<2>, params));
   } else {
-    KV_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, sample_rows_bins_kernel<1>, params));
+    KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg.cfg, sample_rows_bins_kernel<1>, params));
   }
 }
 

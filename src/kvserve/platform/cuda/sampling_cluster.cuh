@@ -112,15 +112,32 @@ struct AddBinSums {
 };
 using BlockScanB = cub::BlockScan<BinSums, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
+// Sums over a row that must not depend on how the row is cut into segments (the cluster size
+// follows the batch): each group of 4 logits' f32 sum (its own logits in id order) rounded to a
+// multiple of 2^-40 and added as an integer, which is exact and associative, so any cut and any
+// order of the partials give the same bits. A group's sum is at most 4 (probabilities relative
+// to the row's max), so a row of kMaxChunks * kChunk logits sums to less than 2^59.
+using Fixed = unsigned long long;
+constexpr float kFixedScale = 0x1p40f;
+constexpr double kFixedUnit = 0x1p-40;
+__device__ __forceinline__ Fixed to_fixed(float group_sum) {
+  return __float2ull_rn(group_sum * kFixedScale);
+}
+__device__ __forceinline__ double from_fixed(Fixed x) {
+  return static_cast<double>(x) * kFixedUnit;
+}
+using BlockReduceX = cub::BlockReduce<Fixed, kThreads>;
+static_assert(double{kMaxChunks} * kChunk * kFixedScale < 0x1p63, "a row's fixed sum fits");
+
 // One CTA's partial results, read by the other CTAs of its cluster.
 struct Partial {
-  float max;          // of the segment (-FLT_MAX if none)
-  int arg;            // lowest id holding it (INT_MAX if none)
-  double lse;         // sum of exp(logit - max) over the segment (when the row needs it)
-  double z;           // step 2: sum of exp((logit - row max) / temperature) (top-p, no top-k)
-  int gathered;       // step 3: tokens gathered
-  double k_mass;      // step 3: exact mass before the k-th token's bin
-  double range_mass;  // step 3: exact mass before the top-p range
+  float max;         // of the segment (-FLT_MAX if none)
+  int arg;           // lowest id holding it (INT_MAX if none)
+  Fixed lse;         // the draw: sum of exp(logit - row max) over the segment (a logprob's row)
+  Fixed z;           // step 2: sum of exp((logit - row max) / temperature) (top-p, no top-k)
+  int gathered;      // step 3: tokens gathered
+  Fixed k_mass;      // step 3: exact mass before the k-th token's bin
+  Fixed range_mass;  // step 3: exact mass before the top-p range
 };
 
 struct BinsSmem {
@@ -129,9 +146,14 @@ struct BinsSmem {
     struct {
       int local[kNumBins];  // this CTA's counts (read by the cluster)
     } count;
+    // The parts other CTAs read (count.local, sel.local, chunk.local) are laid out so that what a
+    // CTA writes next never overlaps what a slower peer may still be reading: sel.local lies past
+    // count.local (a CTA gathers while peers still sum its counts) and chunk.local lies before
+    // sel.local (a CTA sums its chunks while peers still merge its gathered keys), which saves
+    // the cluster barriers that would otherwise wait for every peer's reads.
     struct {
-      unsigned long long local[kCap];  // this CTA's gathered keys (read by the cluster)
       unsigned long long keys[kCap];   // (~order key) << 32 | id: ascending = (logit desc, id asc)
+      unsigned long long local[kCap];  // this CTA's gathered keys (read by the cluster)
     } sel;
     struct {
       float local[kMaxChunks];  // this CTA's chunk sums (read by CTA 0)
@@ -142,6 +164,7 @@ struct BinsSmem {
     BlockReduceF::TempStorage rf;
     BlockReduceD::TempStorage rd;
     BlockReduceI::TempStorage ri;
+    BlockReduceX::TempStorage rx;
     BlockScanD::TempStorage sd;
     BlockScanB::TempStorage sb;
   } cub;
@@ -285,17 +308,6 @@ __device__ __forceinline__ void for_each_tile(const Segment& seg, const F& f) {
     load4(seg.row, seg.vocab, i0, seg.vec, v);
     f(seg.tile0 + t, i0, v);
   }
-}
-
-// f(i, v) for each of this thread's logits, ids ascending, and for the -inf padding past the
-// row's end (ids >= vocab): for passes to which a -inf logit is nothing (no bin, no mass).
-template <typename F>
-__device__ __forceinline__ void for_each_logit_padded(const Segment& seg, const F& f) {
-  for_each_tile(seg, [&](int, int i0, const float(&v)[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      f(i0 + j, v[j]);
-  });
 }
 
 // Inclusive prefix sum over the warp's lanes (one fixed order: the draw pass and the rescan of a
