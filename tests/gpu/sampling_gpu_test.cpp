@@ -269,10 +269,10 @@ TEST_F(SamplingGpuTest, DeviceMatchesHostToken) {
   }
 }
 
-// Rows split over clusters of 2, 5 and 8 CTAs (17, 75, 125 and 147 tiles of 2048 logits, the last
-// two 16 and 19 tiles per CTA; the 128k rows above take 4 CTAs of 16): the CTAs' partial maxima,
-// sums, bin counts, gathered tokens and chunk sums combine into the host's tokens and logprobs,
-// with penalties on tokens of every CTA's segment.
+// Rows of 17, 75, 125 and 147 tiles of 2048 logits, 5 to a batch, split over clusters of up to 8
+// CTAs (the size follows the batch: one wave of rows, the fewest tiles per SM slot): the CTAs'
+// partial maxima, sums, bin counts, gathered tokens and chunk sums combine into the host's tokens
+// and logprobs, with penalties on tokens of every CTA's segment.
 TEST_F(SamplingGpuTest, RowsSplitOverClustersMatchHost) {
   int compared = 0, skipped = 0, sampled_rows = 0;
   for (const int64_t vocab : {34000, 152064, 256000, 300000}) {
@@ -313,9 +313,10 @@ TEST_F(SamplingGpuTest, RowsSplitOverClustersMatchHost) {
 }
 
 TEST_F(SamplingGpuTest, SeededRowIgnoresItsBatch) {
-  // 40 rows need more than one wave of 4- and 8-CTA clusters at one CTA per SM on a 132-SM part,
-  // so the batch runs the two-CTAs-per-SM kernel (partly cached segments) and each row alone the
-  // one-per-SM kernel: every token and logprob must agree bit for bit.
+  // The cluster size follows the batch: a 128k or 300k row alone runs on 8 CTAs, the 40-row batch
+  // on 2-4 per row (a one-wave shape, possibly two CTAs per SM with partly cached segments), so
+  // every row is cut differently alone and in the batch; its sums are fixed-point, so every token
+  // and logprob must agree bit for bit.
   for (const int64_t vocab : {1000, 128256, 300000}) {
     for (const Mode m : {Mode::kTopP, Mode::kCombined, Mode::kPenalties}) {
       const Batch big = random_batch(m, vocab, 40);
