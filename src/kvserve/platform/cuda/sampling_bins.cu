@@ -424,9 +424,9 @@ __device__ bool bin_boundaries(const Segment& seg, const ops::SampleRowParams& r
 
 // One row per cluster (blockIdx.y), its CTAs the cluster's ranks; dynamic shared memory holds the
 // first tiles of the CTA's segment (kTileBytes each; the rest are read from global memory by each
-// pass). MIN_BLOCKS CTAs per SM: 1 caches a whole segment (16 tiles for a 128k row), 2 halves the
-// registers and caches what its half of the shared memory holds, so that twice the clusters run
-// at once; both compute the same bits.
+// pass). MIN_BLOCKS CTAs per SM: 1 caches up to the SM's whole shared memory (~23 tiles), 2
+// halves the registers and caches what its half holds (~9 tiles), so that twice the clusters run
+// at once; both, and every cluster size, compute the same bits.
 template <int MIN_BLOCKS>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     sample_rows_bins_kernel(const ops::SampleRowsParams p) {
