@@ -121,14 +121,7 @@ class DecodeInputs {
     d_counters_ = std::move(cuda_.allocate_buffer(std::max<size_t>(num_counters_, 1) * 4).value());
     cuda_.memset(d_counters_.data(), 0, d_counters_.bytes());
     ref_.resize(out_elems_);
-    ops::PagedDecodeParams hp = params(ops::PagedDecodePlan{});
-    hp.q = q_.data();
-    hp.k_cache = k_.data();
-    hp.v_cache = v_.data();
-    hp.page_indptr = indptr_.data();
-    hp.page_ids = page_ids_.data();
-    hp.seq_lens = seq_lens_.data();
-    ops::reference::paged_decode_parallel(hp, ref_.data());
+    compute_reference();
   }
 
   int32_t batch() const { return static_cast<int32_t>(seq_lens_.size()); }
@@ -226,14 +219,7 @@ class DecodeInputs {
     ops::paged_decode_tc(cuda_, p);
     std::vector<uint16_t> out = read_out();
     expect_counters_zero();
-    ops::PagedDecodeParams hp = params(ops::PagedDecodePlan{});
-    hp.q = q_.data();
-    hp.k_cache = k_.data();
-    hp.v_cache = v_.data();
-    hp.page_indptr = indptr_.data();
-    hp.page_ids = page_ids_.data();
-    hp.seq_lens = seq_lens_.data();
-    ops::reference::paged_decode_parallel(hp, ref_.data());
+    compute_reference();
     return out;
   }
 
@@ -276,6 +262,12 @@ class DecodeInputs {
     cuda_.copy(d_lens_.data(), seq_lens_.data(), seq_lens_.size() * 4,
                platform::CopyKind::kHostToDevice);
     cuda_.synchronize();
+    compute_reference();
+  }
+
+ private:
+  // ref_: the float64 reference on the host copies of the inputs.
+  void compute_reference() {
     ops::PagedDecodeParams hp = params(ops::PagedDecodePlan{});
     hp.q = q_.data();
     hp.k_cache = k_.data();
@@ -286,7 +278,6 @@ class DecodeInputs {
     ops::reference::paged_decode_parallel(hp, ref_.data());
   }
 
- private:
   template <typename T>
   Buffer upload(const std::vector<T>& host) {
     return test_support::upload(cuda_, host);

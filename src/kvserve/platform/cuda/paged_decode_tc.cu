@@ -248,17 +248,14 @@ __global__ void __launch_bounds__(ops::kDecodeTcThreads,
     // The first tiles before the wait too, unless they hold the query's last position (the row
     // the preceding kernel stores): the pipeline's first loads overlap that kernel's tail.
     const bool tiles_early = early && min(end, begin + (STAGES - 1) * kDecTile) < seq;
-    if (tiles_early) {
+    const auto issue_first = [&] {
 #pragma unroll
       for (int s = 0; s < STAGES - 1; ++s)
         issue(pre[s], s);
-    }
+    };
+    if (tiles_early) issue_first();
     if (early) pdl_enter();
-    if (!tiles_early) {
-#pragma unroll
-      for (int s = 0; s < STAGES - 1; ++s)
-        issue(pre[s], s);
-    }
+    if (!tiles_early) issue_first();
   }
 
   // Q^T as B fragments: lane (g, quad) holds head g's dimensions 16 kk + 2 quad + {0, 1} and

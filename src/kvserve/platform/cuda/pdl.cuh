@@ -6,6 +6,9 @@
 // returns once the predecessor grid has completed and its writes are visible; immediately when
 // there is no programmatic predecessor), then pdl_launch_dependents() to let the successor be
 // scheduled in turn. Kernels that follow it are safe whether they are launched plainly or not.
+// One kernel reads before its wait by design: the tensor-core decode attention, when its caller
+// vouches that what it reads early was written before the preceding kernel started
+// (PagedDecodeParams::stable_before_wait); the data the preceding kernel writes it reads after.
 // Launchers pass their params' `pdl` (the platform's KernelSwitches::pdl, set at the op dispatch;
 // KVSERVE_PDL=0 turns it off for A/B measurements): false launches plainly.
 #pragma once

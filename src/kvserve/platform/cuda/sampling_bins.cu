@@ -826,11 +826,12 @@ void sample_rows(const ops::SampleRowsParams& params, StreamHandle stream) {
   int device = 0;
   KV_CUDA_CHECK(cudaGetDevice(&device));
   const DeviceLimits d = device_limits(device);
-  const RowLaunch launch = choose_launch(params.rows, cached_plan(params.vocab, device, d), d);
+  const VocabPlan plan = cached_plan(params.vocab, device, d);
+  const RowLaunch launch = choose_launch(params.rows, plan, d);
   if (launch.size == 0) return sample_rows_radix(params, stream);
-  const int64_t tiles = (params.vocab + kTile - 1) / kTile;
-  const BinsLaunch cfg(launch.size, params.rows, tiles, launch.two ? d.half_tiles : d.max_tiles,
-                       d.clusters, static_cast<cudaStream_t>(stream.ptr));
+  const BinsLaunch cfg(launch.size, params.rows, plan.tiles,
+                       launch.two ? d.half_tiles : d.max_tiles, d.clusters,
+                       static_cast<cudaStream_t>(stream.ptr));
   if (launch.two) {
     KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg.cfg, sample_rows_bins_kernel<2>, params));
   } else {
