@@ -2,8 +2,9 @@
 // bf16-rounded inputs, on odd sizes: embedding and argmax exactly; RMSNorm (with and without the
 // fused residual, with Gemma's (1 + w) offset, per-head rows), split-qkv + rope (every
 // rope_scaling type), SiLU- and tanh-GELU-and-mul within bf16 rounding of the f32 result, the
-// scaled embedding and the logit soft-capping; the cuBLASLt GEMM (bias, f32 output) against a
-// float64 product. Skips itself without a CUDA device.
+// scaled embedding and the logit soft-capping; the cuBLASLt GEMM (bias, f32 output), the skinny
+// GEMM and the norm-then-project op (fused and composed) against float64. Skips itself without a
+// CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,15 @@ namespace {
 struct GemmShape {
   int64_t m, n, k;
   bool bias, f32_out;
+};
+
+// ops::normed_linear's cases: n weight rows (gated: n / 2 outputs), a residual to add or not
+// (the first layer), Gemma's (1 + w) norm weight.
+struct NormedShape {
+  int64_t m, n, k;
+  bool gated, bias, residual;
+  float weight_offset;
+  ops::GatedActivation act;
 };
 
 class LayerOpsGpuTest : public testing::Test {
@@ -78,6 +88,7 @@ class LayerOpsGpuTest : public testing::Test {
   }
 
   void check_gemm(const GemmShape& s);
+  void check_normed_linear(const NormedShape& s);
 
   static constexpr uint64_t kSeed = 20261130;
   std::mt19937_64 rng_{kSeed};
@@ -451,6 +462,132 @@ TEST_F(LayerOpsGpuTest, SkinnyGemmMatchesFloat64) {
           GemmShape{m, 32003, 512, false, true}, GemmShape{m, 33, 100, true, false}}) {
       check_gemm(s);
       if (HasFailure()) return;
+    }
+  }
+}
+
+// ops::normed_linear on `s` against float64: the residual stream bit for bit (bf16(x + residual),
+// as rms_norm rounds it), the output within the path's roundings: the fused kernel's only
+// rounding is the output's (and gate / up before the activation); the composed path also rounds
+// the normed row, at most 2^-9 of each product's magnitude.
+void LayerOpsGpuTest::check_normed_linear(const NormedShape& s) {
+  std::vector<float> x, res, g, w, bias;
+  Tensor dx = random_bf16(x, s.m * s.k);
+  Tensor dres = random_bf16(res, s.m * s.k);
+  Tensor dg = random_bf16(g, s.k, 0.5f);
+  Tensor dw = random_bf16(w, s.n * s.k, 0.05f);
+  Tensor dbias = random_bf16(bias, s.n);
+  const int64_t outs = s.gated ? s.n / 2 : s.n;
+  Tensor dout = empty(DType::kBF16, s.m * outs);
+  Tensor dres_out = empty(DType::kBF16, s.m * s.k);
+  Tensor dnormed = empty(DType::kBF16, s.m * s.k);
+  Tensor dgate_up = empty(DType::kBF16, s.m * s.n);
+  constexpr float kEps = 1e-5f;
+  ops::normed_linear(*gpu_, {.x = dx.data(),
+                             .residual_in = s.residual ? dres.data() : nullptr,
+                             .residual_out = dres_out.data(),
+                             .norm_weight = dg.data(),
+                             .eps = kEps,
+                             .weight_offset = s.weight_offset,
+                             .w = dw.data(),
+                             .bias = s.bias ? dbias.data() : nullptr,
+                             .out = dout.data(),
+                             .dtype = DType::kBF16,
+                             .m = s.m,
+                             .n = s.n,
+                             .k = s.k,
+                             .gated = s.gated,
+                             .activation = s.act,
+                             .normed = dnormed.data(),
+                             .gate_up = dgate_up.data()});
+  const std::vector<float> got = download_bf16(dout, s.m * outs);
+  const std::vector<float> got_res = download_bf16(dres_out, s.m * s.k);
+  const bool fused = s.m == 1 && s.k % 8 == 0 && gpu_->kernel_switches().fused_norm_linear;
+  const std::string what = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                           std::to_string(s.k) + (s.gated ? " gated" : "") +
+                           (s.bias ? " +bias" : "") + (s.residual ? " +residual" : "") +
+                           (fused ? " (fused)" : " (composed)");
+  auto act = [&](double v) {
+    if (s.act == ops::GatedActivation::kSilu) return v / (1.0 + std::exp(-v));
+    return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  };
+  double worst = 0;
+  for (int64_t i = 0; i < s.m; ++i) {
+    std::vector<double> v(s.k);
+    double sumsq = 0;
+    for (int64_t p = 0; p < s.k; ++p) {
+      const float sum = s.residual ? x[i * s.k + p] + res[i * s.k + p] : x[i * s.k + p];
+      v[p] = bf16_to_float(float_to_bf16(sum));
+      ASSERT_EQ(got_res[i * s.k + p], v[p]) << what << ": residual [" << i << "," << p << "]";
+      sumsq += v[p] * v[p];
+    }
+    const double inv = 1.0 / std::sqrt(sumsq / s.k + kEps);
+    // y[j] and the sum of its terms' magnitudes.
+    auto row = [&](int64_t j, double* mag) {
+      double y = s.bias ? bias[j] : 0.0;
+      *mag = std::abs(y);
+      for (int64_t p = 0; p < s.k; ++p) {
+        const double t = double(w[j * s.k + p]) * v[p] * inv * (g[p] + s.weight_offset);
+        y += t;
+        *mag += std::abs(t);
+      }
+      return y;
+    };
+    // How far y may be off: f32 accumulation, and the composed path's normed row in bf16.
+    const double per_mag = fused ? 4e-5 : 4e-5 + 1.0 / 512;
+    for (int64_t j = 0; j < outs; ++j) {
+      double ref, tol;
+      if (s.gated) {
+        double mag_g, mag_u;
+        const double yg = row(j, &mag_g), yu = row(outs + j, &mag_u);
+        ref = act(yg) * yu;
+        // Gate and up are rounded to bf16 (2^-8 relative) and off by per_mag of their
+        // magnitudes; the activation's slope carries the gate's error.
+        const double h = 1e-6 * (1 + std::abs(yg));
+        const double slope = (act(yg + h) - act(yg - h)) / (2 * h);
+        const double err_g = kBf16 * std::abs(yg) + per_mag * mag_g;
+        const double err_u = kBf16 * std::abs(yu) + per_mag * mag_u;
+        tol =
+            kBf16 * std::abs(ref) + std::abs(slope * yu) * err_g + std::abs(act(yg)) * err_u + 1e-5;
+      } else {
+        double mag;
+        ref = row(j, &mag);
+        tol = kBf16 * std::abs(ref) + per_mag * mag + 1e-6;
+      }
+      const double err = std::abs(got[i * outs + j] - ref);
+      worst = std::max(worst, err / tol);
+      if (err > tol) {
+        ADD_FAILURE() << what << " [" << i << "," << j << "]: reference " << ref << ", cuda "
+                      << got[i * outs + j] << " (tolerance " << tol << ")";
+        return;
+      }
+    }
+  }
+  std::cout << "[ normed   ] " << what << ": worst error " << worst << " of tolerance" << std::endl;
+}
+
+// m = 1 runs the skinny kernel's fused form (the norm in its prologue, the gated activation in
+// its epilogue) where it applies; m = 2, 3, k = 100 (not a multiple of 8) and the switch off run
+// rms_norm, the GEMM and act_and_mul. Shapes: the 8B's qkv (with Qwen2's bias) and gate_up, a
+// first layer (no residual to add), Gemma's (1 + w) with tanh-GELU, a last warp with one output.
+TEST_F(LayerOpsGpuTest, NormedLinearMatchesFloat64) {
+  using A = ops::GatedActivation;
+  for (const bool fused : {true, false}) {
+    platform::KernelSwitches sw;
+    sw.fused_norm_linear = fused;
+    gpu_->set_kernel_switches(sw);
+    for (const int64_t m : {1, 2, 3}) {
+      if (!fused && m > 1) continue;  // the switch changes nothing there
+      for (const NormedShape s :
+           {NormedShape{m, 6144, 4096, false, true, true, 0.0f, A::kSilu},
+            NormedShape{m, 28672, 4096, true, false, true, 0.0f, A::kSilu},
+            NormedShape{m, 1001, 1000, false, false, false, 0.0f, A::kSilu},
+            NormedShape{m, 2 * 999, 512, true, false, true, 1.0f, A::kGeluTanh},
+            NormedShape{m, 2 * 7, 14336, true, false, true, 0.0f, A::kSilu},
+            NormedShape{m, 33, 100, false, true, true, 0.0f, A::kSilu}}) {
+        check_normed_linear(s);
+        if (HasFailure()) return;
+      }
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #include "kvserve/model/rope.h"
 #include "kvserve/platform/ops/gemm.h"
@@ -34,7 +35,9 @@ struct CausalLM::Layer {
 // sized once and never moves, since captured graphs hold its addresses.
 struct CausalLM::Workspace {
   int64_t tokens = 0;
-  Tensor hidden, residual, normed, qkv, q, k, v, attn, gate_up, act, last;
+  // The residual stream in two buffers that take turns (ops::NormedLinearParams: each norm reads
+  // one and writes the sum into the other).
+  Tensor hidden, residual, residual2, normed, qkv, q, k, v, attn, gate_up, act, last;
   Tensor ints;  // i32 [3, tokens]: input_ids | positions | logits_indices (mem::upload_batch_ints)
   int64_t logit_rows = 0;
   Tensor
@@ -69,6 +72,7 @@ struct CausalLM::Workspace {
     };
     for (auto [t, cols] : {std::pair{&hidden, h},
                            {&residual, h},
+                           {&residual2, h},
                            {&normed, h},
                            {&last, h},
                            {&qkv, qd + 2 * kvd},
@@ -414,6 +418,33 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                       const Tensor& weight) {
     norm_rows(x.data(), residual, out.data(), weight, n, h);
   };
+  // The residual stream: `res` holds it, `res_next` receives the next one.
+  Tensor* res = &w.residual;
+  Tensor* res_next = &w.residual2;
+  // A norm and the projection it feeds (the qkv and gate_up projections), one op: with
+  // `add_residual`, x joins the residual stream first; without, x starts it (the first layer).
+  auto normed_linear = [&](const Tensor& x, bool add_residual, const Tensor& norm_weight,
+                           const Tensor& weight, const Tensor* bias, const Tensor& out,
+                           int64_t cols, bool gated) {
+    ops::normed_linear(platform_, {.x = x.data(),
+                                   .residual_in = add_residual ? res->data() : nullptr,
+                                   .residual_out = res_next->data(),
+                                   .norm_weight = norm_weight.data(),
+                                   .eps = eps,
+                                   .weight_offset = fam.norm_weight_offset,
+                                   .w = weight.data(),
+                                   .bias = bias && !bias->empty() ? bias->data() : nullptr,
+                                   .out = out.data(),
+                                   .dtype = dtype_,
+                                   .m = n,
+                                   .n = cols,
+                                   .k = h,
+                                   .gated = gated,
+                                   .activation = fam.activation,
+                                   .normed = w.normed.data(),
+                                   .gate_up = w.gate_up.data()});
+    std::swap(res, res_next);
+  };
 
   // Vocab-parallel: each rank looks up the ids of its rows (zeros elsewhere); exactly one rank
   // holds each id, so the sum is exact.
@@ -428,17 +459,12 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                              .mask_outside = comm_ != nullptr,
                              .scale = fam.embedding_scale});
   KV_RETURN_IF_ERROR(all_reduce(w.hidden, n * h));
-  platform_.copy(w.residual.data(), w.hidden.data(), n * h * dtype_size(dtype_),
-                 platform::CopyKind::kDeviceToDevice);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
-    // Pre-attention norm; from the second layer on, the previous MLP output joins the residual.
-    if (li == 0) {
-      rms_norm(w.residual, nullptr, w.normed, l.input_layernorm);
-    } else {
-      rms_norm(w.hidden, &w.residual, w.normed, l.input_layernorm);
-    }
-    gemm(w.normed, l.qkv_proj, &l.qkv_bias, w.qkv, n, qkv_cols, h);
+    // Pre-attention norm and qkv_proj: the embeddings start the residual stream, and from the
+    // second layer on the previous MLP output joins it.
+    normed_linear(w.hidden, /*add_residual=*/li > 0, l.input_layernorm, l.qkv_proj, &l.qkv_bias,
+                  w.qkv, qkv_cols, /*gated=*/false);
     const RopeTable& rope = ropes_[fam.layer_rope[li]];
     const float* inv_freq = inv_freq_[fam.layer_rope[li]].data_as<float>();
     ops::SplitQkvRopeParams split{.qkv = w.qkv.data(),
@@ -512,24 +538,19 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
       // pre-feedforward norm then normalizes for the MLP; the MLP output is normed too (it
       // joins the residual at the next layer's input norm).
       rms_norm(w.hidden, nullptr, w.hidden, l.post_attention_layernorm);
-      rms_norm(w.hidden, &w.residual, w.normed, l.pre_feedforward_layernorm);
-    } else {
-      rms_norm(w.hidden, &w.residual, w.normed, l.post_attention_layernorm);
     }
-    gemm(w.normed, l.gate_up_proj, nullptr, w.gate_up, n, 2 * inter, h);
-    ops::act_and_mul(platform_, {.x = w.gate_up.data(),
-                                 .out = w.act.data(),
-                                 .dtype = dtype_,
-                                 .activation = fam.activation,
-                                 .num_tokens = n,
-                                 .inter = inter});
+    // The attention output joins the residual stream; the MLP's norm, gate_up_proj and its gated
+    // activation.
+    normed_linear(w.hidden, /*add_residual=*/true,
+                  fam.sandwich_norms ? l.pre_feedforward_layernorm : l.post_attention_layernorm,
+                  l.gate_up_proj, nullptr, w.act, 2 * inter, /*gated=*/true);
     gemm(w.act, l.down_proj, nullptr, w.hidden, n, h, inter);
     KV_RETURN_IF_ERROR(all_reduce(w.hidden, n * h));
     if (fam.sandwich_norms) rms_norm(w.hidden, nullptr, w.hidden, l.post_feedforward_layernorm);
   }
   // The last MLP output joins the residual, the final norm runs, and the rows whose logits are
   // wanted are gathered (an embedding lookup into the normed activations).
-  rms_norm(w.hidden, &w.residual, w.normed, final_norm_);
+  rms_norm(w.hidden, res, w.normed, final_norm_);
   ops::embedding(platform_, {.table = w.normed.data(),
                              .ids = logits_indices,
                              .out = w.last.data(),

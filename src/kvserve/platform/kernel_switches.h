@@ -43,6 +43,10 @@ struct KernelSwitches {
   int32_t decode_tc_stages = 0;
   // KVSERVE_SKINNY_GEMM=0: every GEMM on cuBLASLt, none on the skinny-M kernel.
   bool skinny_gemm = true;
+  // KVSERVE_FUSED_NORM_LINEAR=0: the decoder's norms run as their own kernels before the
+  // projections (and the gated activation after gate_up) where the skinny kernel would have
+  // fused them (ops::NormedLinearParams).
+  bool fused_norm_linear = true;
   // KVSERVE_PDL=0: every kernel launched plainly, without programmatic dependent launch
   // (platform/cuda/pdl.cuh).
   bool pdl = true;

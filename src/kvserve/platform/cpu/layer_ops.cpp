@@ -65,7 +65,9 @@ void embedding(const EmbeddingParams& p) {
 void rms_norm(const RmsNormParams& p) {
   require_f32(p.dtype, "rms_norm");
   const auto* x = static_cast<const float*>(p.x);
-  auto* residual = static_cast<float*>(p.residual);
+  const auto* residual = static_cast<const float*>(p.residual);
+  // Where v = x + residual goes: residual_out, else residual in place (none without either).
+  auto* residual_out = static_cast<float*>(p.residual_out ? p.residual_out : p.residual);
   auto* out = static_cast<float*>(p.out);
   const auto* w = static_cast<const float*>(p.weight);
 #pragma omp parallel for schedule(static) if (p.rows > 4)
@@ -73,10 +75,11 @@ void rms_norm(const RmsNormParams& p) {
     const float* xr = x + r * p.x_stride;
     float* orow = out + r * p.cols;
     const float* v = xr;
-    if (residual != nullptr) {
-      float* res = residual + r * p.cols;
+    if (residual_out != nullptr) {
+      float* res = residual_out + r * p.cols;
+      const float* rin = residual != nullptr ? residual + r * p.cols : nullptr;
       for (int64_t i = 0; i < p.cols; ++i)
-        res[i] += xr[i];
+        res[i] = rin != nullptr ? rin[i] + xr[i] : xr[i];
       v = res;
     }
     float sum = 0.0f;
@@ -197,6 +200,39 @@ void split_qkv_rope(const SplitQkvRopeParams& p) {
         .num_kv_heads = p.num_kv_heads,
         .head_dim = p.head_dim,
         .rotary_dim = p.rotary_dim});
+}
+
+void normed_linear(const NormedLinearParams& p) {
+  rms_norm({.x = p.x,
+            .residual = const_cast<void*>(p.residual_in),  // read only: residual_out is set
+            .residual_out = p.residual_out,
+            .out = p.normed,
+            .weight = p.norm_weight,
+            .dtype = p.dtype,
+            .rows = p.m,
+            .cols = p.k,
+            .x_stride = p.k,
+            .eps = p.eps,
+            .weight_offset = p.weight_offset});
+  gemm({.a = p.normed,
+        .b = p.w,
+        .bias = p.bias,
+        .c = p.gated ? p.gate_up : p.out,
+        .dtype = p.dtype,
+        .m = p.m,
+        .n = p.n,
+        .k = p.k,
+        .lda = p.k,
+        .ldb = p.k,
+        .ldc = p.n});
+  if (p.gated) {
+    act_and_mul({.x = p.gate_up,
+                 .out = p.out,
+                 .dtype = p.dtype,
+                 .activation = p.activation,
+                 .num_tokens = p.m,
+                 .inter = p.n / 2});
+  }
 }
 
 }  // namespace kvserve::ops::cpu

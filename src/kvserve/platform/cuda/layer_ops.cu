@@ -102,22 +102,25 @@ __global__ void __launch_bounds__(THREADS)
   pdl_enter();  // pdl.cuh: launched with launch_pdl
   const int64_t r = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
-  T* res = p.residual ? static_cast<T*>(p.residual) + r * p.cols : nullptr;
+  const T* res = p.residual ? static_cast<const T*>(p.residual) + r * p.cols : nullptr;
+  // Where x + residual goes: residual_out, else residual in place (RmsNormParams).
+  void* res_out_base = p.residual_out ? p.residual_out : p.residual;
+  T* res_out = res_out_base ? static_cast<T*>(res_out_base) + r * p.cols : nullptr;
   T* out = static_cast<T*>(p.out) + r * p.cols;
   const T* w = static_cast<const T*>(p.weight);
   float sum = 0.f;
   for (int64_t i = threadIdx.x; i < p.cols; i += THREADS) {
     float v = to_float(x[i]);
-    if (res != nullptr) {
-      const T s = from_float<T>(v + to_float(res[i]));
-      res[i] = s;
+    if (res_out != nullptr) {
+      const T s = res != nullptr ? from_float<T>(v + to_float(res[i])) : x[i];
+      res_out[i] = s;
       v = to_float(s);
     }
     sum += v * v;
   }
   const float inv = rsqrtf(block_sum<THREADS>(sum) / static_cast<float>(p.cols) + p.eps);
   for (int64_t i = threadIdx.x; i < p.cols; i += THREADS) {
-    const float v = res != nullptr ? to_float(res[i]) : to_float(x[i]);
+    const float v = res_out != nullptr ? to_float(res_out[i]) : to_float(x[i]);
     out[i] = from_float<T>(v * inv * (to_float(w[i]) + p.weight_offset));
   }
 }
@@ -155,7 +158,9 @@ __global__ void __launch_bounds__(THREADS)
   const int64_t r = blockIdx.x;
   const int n = static_cast<int>(p.cols / 8);
   const bf16* x = static_cast<const bf16*>(p.x) + r * p.x_stride;
-  bf16* res = p.residual ? static_cast<bf16*>(p.residual) + r * p.cols : nullptr;
+  const bf16* res = p.residual ? static_cast<const bf16*>(p.residual) + r * p.cols : nullptr;
+  void* res_out_base = p.residual_out ? p.residual_out : p.residual;
+  bf16* res_out = res_out_base ? static_cast<bf16*>(res_out_base) + r * p.cols : nullptr;
   bf16* out = static_cast<bf16*>(p.out) + r * p.cols;
   const bf16* w = static_cast<const bf16*>(p.weight);
   float v[VECS][8];
@@ -171,8 +176,8 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
       for (int e = 0; e < 8; ++e)  // rounded to bf16, as the scalar kernel's sum
         v[j][e] = __bfloat162float(__float2bfloat16_rn(v[j][e] + rv[e]));
-      store8(res + 8 * i, v[j]);
     }
+    if (res_out != nullptr) store8(res_out + 8 * i, v[j]);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       sum += v[j][e] * v[j][e];
@@ -342,15 +347,8 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 // ---- gated activation and mul ---------------------------------------------------------------
 
-// SiLU, or GELU's tanh approximation as torch computes it (gelu_pytorch_tanh), in f32.
-__device__ __forceinline__ float gate_activation(float g, ops::GatedActivation act) {
-  if (act == ops::GatedActivation::kGeluTanh) {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    return 0.5f * g * (1.f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-  }
-  return g / (1.f + __expf(-g));
-}
-
+// SiLU, or GELU's tanh approximation as torch computes it (gelu_pytorch_tanh), in f32
+// (convert.cuh: gate_activation).
 template <typename T>
 __global__ void act_and_mul_kernel(const __grid_constant__ ops::ActAndMulParams p) {
   pdl_enter();  // pdl.cuh: launched with launch_pdl
@@ -468,7 +466,8 @@ void rms_norm(const ops::RmsNormParams& p, StreamHandle stream) {
   cudaStream_t s = as_cuda(stream);
   if (p.dtype == DType::kBF16 && p.cols % 8 == 0 && p.x_stride % 8 == 0 && vecs <= 4 * 512 &&
       aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
-      (p.residual == nullptr || aligned16(p.residual))) {
+      (p.residual == nullptr || aligned16(p.residual)) &&
+      (p.residual_out == nullptr || aligned16(p.residual_out))) {
     if (vecs <= 128) {
       launch_pdl(rms_norm_bf16x8_kernel<128, 1>, grid, 128, 0, s, p.pdl, p);
     } else if (vecs <= 512) {

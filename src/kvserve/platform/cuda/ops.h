@@ -65,5 +65,8 @@ void varlen_attention(const ops::VarlenAttentionParams& params, StreamHandle str
 
 // cuBLASLt (gemm.cpp): bf16/f16/f32 inputs, f32 accumulation, one algorithm per shape.
 void gemm(const ops::GemmParams& params, StreamHandle stream);
+// The norm and the projection after it (normed_linear.cpp): the skinny kernel's fused form where
+// it applies, else rms_norm, gemm and act_and_mul.
+void normed_linear(const ops::NormedLinearParams& params, StreamHandle stream);
 
 }  // namespace kvserve::platform::cuda

@@ -6,6 +6,7 @@
 
 #include "kvserve/platform/handles.h"
 #include "kvserve/platform/ops/gemm_params.h"
+#include "kvserve/platform/ops/layer_ops_params.h"
 
 namespace kvserve::platform::cuda {
 
@@ -19,5 +20,12 @@ inline constexpr int64_t kSkinnyGemmMaxM = 1;
 bool skinny_gemm_applies(const ops::GemmParams& p);
 // Queues it on `stream`; CHECKs skinny_gemm_applies.
 void skinny_gemm(const ops::GemmParams& p, StreamHandle stream);
+
+// The fused form of ops::NormedLinearParams (the norm in the product's prologue, the gated
+// activation in its epilogue): 1 <= m <= kSkinnyGemmMaxM, bf16 or f16, k a multiple of 8, x, w,
+// norm_weight and the residuals 16-byte aligned; gated: n even and no bias.
+bool skinny_normed_linear_applies(const ops::NormedLinearParams& p);
+// Queues it on `stream`; CHECKs skinny_normed_linear_applies.
+void skinny_normed_linear(const ops::NormedLinearParams& p, StreamHandle stream);
 
 }  // namespace kvserve::platform::cuda

@@ -53,6 +53,26 @@ void split_qkv_rope(platform::Platform& p, const SplitQkvRopeParams& params,
   dispatch(p, params, stream, cpu::split_qkv_rope, platform::cuda::split_qkv_rope);
 }
 
+void normed_linear(platform::Platform& p, const NormedLinearParams& params,
+                   platform::StreamHandle stream) {
+  KV_CHECK(params.residual_in == nullptr || params.residual_out != nullptr,
+           "normed_linear: residual_in without residual_out");
+  KV_CHECK(params.residual_out == nullptr ||
+               (params.residual_out != params.x && params.residual_out != params.residual_in),
+           "normed_linear: residual_out must not alias x or residual_in");
+  KV_CHECK(!params.gated || (params.n % 2 == 0 && params.bias == nullptr),
+           "normed_linear: a gated projection needs an even n ({}) and no bias", params.n);
+  const bool skinny = p.kernel_switches().skinny_gemm;
+  const bool fused = p.kernel_switches().fused_norm_linear && skinny;
+  if (params.fused != fused || params.skinny != skinny) {
+    NormedLinearParams q = params;
+    q.fused = fused;
+    q.skinny = skinny;
+    return dispatch(p, q, stream, cpu::normed_linear, platform::cuda::normed_linear);
+  }
+  dispatch(p, params, stream, cpu::normed_linear, platform::cuda::normed_linear);
+}
+
 void argmax_rows(platform::Platform& p, const float* logits, int64_t rows, int64_t vocab,
                  int32_t* out, platform::StreamHandle stream) {
   if (p.device().kind == DeviceKind::kCuda) {

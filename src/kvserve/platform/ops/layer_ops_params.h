@@ -31,11 +31,14 @@ struct EmbeddingParams {
 
 // With `residual`: residual = x + residual; out = rmsnorm(residual). Without: out = rmsnorm(x).
 // rmsnorm(v) = v / sqrt(mean(v^2) + eps) * (weight + weight_offset). `out` may alias `x`.
+// With `residual_out`, the sum v (x + residual, or x alone) goes there instead and `residual` is
+// only read (the residual stream kept in two buffers that take turns; NormedLinearParams).
 // weight_offset is 1 for Gemma's RMSNorm (x * (1 + w), the sum in f32), 0 elsewhere. Per-head
 // q/k norms (Qwen3, Gemma 3) are this op over rows = tokens * heads, cols = head_dim.
 struct RmsNormParams {
   const void* x = nullptr;       // [rows, cols], row stride x_stride
   void* residual = nullptr;      // [rows, cols] contiguous, or null
+  void* residual_out = nullptr;  // [rows, cols] contiguous, or null (then `residual` in place)
   void* out = nullptr;           // [rows, cols] contiguous
   const void* weight = nullptr;  // [cols]
   DType dtype = DType::kF32;
@@ -86,6 +89,48 @@ struct ActAndMulParams {
   int64_t inter = 0;
   // Programmatic dependent launch (platform/cuda/pdl.cuh); the op dispatch sets it from the
   // platform's KernelSwitches::pdl.
+  bool pdl = true;
+};
+
+// A decoder's norm and the projection after it in one op: the pre-attention norm into qkv_proj,
+// the pre-MLP norm into gate_up_proj and its gated activation.
+//   v = x + residual_in             (rounded to dtype; v = x without residual_in)
+//   residual_out = v                (when set: the next residual stream)
+//   y = rmsnorm(v) . w^T (+ bias)   (RmsNormParams' rmsnorm with norm_weight, GemmParams' product)
+//   out = y, or with `gated`: out[:, i] = act(y[:, i]) * y[:, n / 2 + i]   (ActAndMulParams)
+// On CUDA at m <= kSkinnyGemmMaxM with 16-bit inputs (skinny_gemm.h) one kernel does all of it:
+// each warp, which streams the whole activation row for its weight rows anyway, sums v^2 as it
+// goes and scales its dot products by 1 / rms at the end; a gated warp computes one output's gate
+// row and up row (rounded to dtype before the activation, as act_and_mul reads them); `normed`
+// and `gate_up` are not written. The product then sees v * weight in f32, not the normed row
+// rounded to dtype: equal to the composed path within that rounding, not bit for bit (the
+// residual is bit for bit). Elsewhere: rms_norm into `normed`, gemm into `gate_up` (gated) or
+// `out`, act_and_mul. residual_out must not alias x or residual_in (the fused kernel's blocks
+// read them while one of them writes residual_out). Rows are contiguous.
+struct NormedLinearParams {
+  const void* x = nullptr;            // [m, k]
+  const void* residual_in = nullptr;  // [m, k] or null
+  void* residual_out = nullptr;       // [m, k]; null only without residual_in
+  const void* norm_weight = nullptr;  // [k]
+  float eps = 1e-6f;
+  float weight_offset = 0.0f;  // RmsNormParams::weight_offset
+  const void* w = nullptr;     // [n, k]; gated: [gate rows; up rows], n / 2 each
+  const void* bias = nullptr;  // [n] or null (not with `gated`)
+  void* out = nullptr;         // [m, n], or [m, n / 2] gated
+  DType dtype = DType::kF32;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool gated = false;
+  GatedActivation activation = GatedActivation::kSilu;
+  // The composed path's intermediates: [m, k] and (gated) [m, n].
+  void* normed = nullptr;
+  void* gate_up = nullptr;
+  // The op dispatch sets these from the platform's KernelSwitches: the fused kernel where it
+  // applies (fused_norm_linear), the skinny GEMM in the composed path (skinny_gemm; off: no
+  // fused kernel either), PDL for every launch.
+  bool fused = true;
+  bool skinny = true;
   bool pdl = true;
 };
 
