@@ -16,7 +16,8 @@
 #   TTFT                serve + bench-serving at concurrency 1: the 8B shape (random ids) and
 #                       models/demo-lm (text-producing weights)
 # Environment: L8B, PORT (default 31000), SKIP (space-separated section names to leave out:
-# prefill decode step sampling ttft).
+# prefill decode step sampling ttft), OLD_SECTIONS (the sections the old tree runs in too;
+# default all of them).
 set -uo pipefail
 if [[ $# -lt 2 ]]; then
   echo "usage: $0 OUT_DIR NEW_BIN_DIR [OLD_BIN_DIR]" >&2
@@ -28,28 +29,16 @@ old=${3:-}
 l8b=${L8B:-/tmp/l8b}
 port=${PORT:-31000}
 skip=" ${SKIP:-} "
+old_sections=" ${OLD_SECTIONS:-prefill decode step sampling ttft} "
 mkdir -p "$out"
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$out/times.txt"; }
 want() { [[ $skip != *" $1 "* ]]; }
-trees() {  # the tags and bin dirs to run: new, and old when given
+trees() {  # the tags and bin dirs to run for section $1: new, and old when given
   echo "new $new"
-  [[ -n $old ]] && echo "old $old"
+  if [[ -n $old && $old_sections == *" $1 "* ]]; then echo "old $old"; fi
 }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv >"$out/gpu.txt"
-
-if want prefill; then
-  while read -r tag dir; do
-    for d in 64 128 256; do
-      common=(bench-attention --device cuda --mode prefill --num-q-heads 32 --num-kv-heads 8
-        --batch 1 --iters 20 --no-check --head-dim "$d" --seq-len 4096,8192)
-      "$dir/kvserve" "${common[@]}" --page-size 1 --contiguous >"$out/prefill_contig_d${d}_$tag.txt" 2>&1
-      "$dir/kvserve" "${common[@]}" --page-size 16 >"$out/prefill_page16_d${d}_$tag.txt" 2>&1
-    done
-  done < <(trees)
-  python3 bench/sdpa_peer.py --seq-lens 4096,8192 --head-dims 64,128,256 >"$out/prefill_sdpa.txt" 2>&1
-  stamp prefill
-fi
 
 if want decode; then
   while read -r tag dir; do
@@ -57,7 +46,7 @@ if want decode; then
       --num-kv-heads 8 --head-dim 128 --iters 30 --no-check --seq-len 4096 --page-size 1,16,64,128)
     "$dir/kvserve" "${common[@]}" --batch 1 --layers 8 >"$out/decode_b1_$tag.txt" 2>&1
     "$dir/kvserve" "${common[@]}" --batch 16 --layers 4 >"$out/decode_b16_$tag.txt" 2>&1
-  done < <(trees)
+  done < <(trees decode)
   stamp decode
 fi
 
@@ -73,15 +62,28 @@ if want step; then
     "$dir/kvserve" bench-one-batch --device cuda --model-path "$l8b" --page-size 16 \
       --batch-size 1 64 --input-len 1024 --output-len 256 --max-total-tokens 100000 \
       >"$out/step_$tag.txt" 2>"$out/step_$tag.err"
-  done < <(trees)
+  done < <(trees step)
   stamp step
 fi
 
 if want sampling; then
   while read -r tag dir; do
     "$dir/sampling_bench" --benchmark_filter='radix:0' >"$out/sampling_$tag.txt" 2>&1
-  done < <(trees)
+  done < <(trees sampling)
   stamp sampling
+fi
+
+if want prefill; then
+  while read -r tag dir; do
+    for d in 64 128 256; do
+      common=(bench-attention --device cuda --mode prefill --num-q-heads 32 --num-kv-heads 8
+        --batch 1 --iters 20 --no-check --head-dim "$d" --seq-len 4096,8192)
+      "$dir/kvserve" "${common[@]}" --page-size 1 --contiguous >"$out/prefill_contig_d${d}_$tag.txt" 2>&1
+      "$dir/kvserve" "${common[@]}" --page-size 16 >"$out/prefill_page16_d${d}_$tag.txt" 2>&1
+    done
+  done < <(trees prefill)
+  python3 bench/sdpa_peer.py --seq-lens 4096,8192 --head-dims 64,128,256 >"$out/prefill_sdpa.txt" 2>&1
+  stamp prefill
 fi
 
 # serve MODEL on $port, wait for /health, run bench-serving with the given arguments, stop it.
@@ -109,6 +111,6 @@ if want ttft; then
     serve_and_bench "$dir/kvserve" models/demo-lm "$out/ttft_demo_$tag.txt" --dataset-name random \
       --random-input-len 512 --random-output-len 64 --random-range-ratio 1 --num-prompts 12 \
       --max-concurrency 1
-  done < <(trees)
+  done < <(trees ttft)
   stamp ttft
 fi

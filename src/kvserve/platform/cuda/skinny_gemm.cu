@@ -101,7 +101,7 @@ __device__ __forceinline__ void load_f32(const T* p, float (&f)[kVec]) {
 
 template <typename T>
 __device__ __forceinline__ void store_t(T* p, const float (&f)[kVec]) {
-  T v[kVec];
+  alignas(16) T v[kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i)
     v[i] = from_float<T>(f[i]);
