@@ -9,7 +9,9 @@
 //     f32 CPU runner (equal to transformers, oracle_test), run the same way (prefill, then decode
 //     steps fed with transformers' tokens), must put the two tokens within 0.05 x the logits'
 //     standard deviation of each other (the suites' "confident" margin); a confident step that
-//     differs fails.
+//     differs fails;
+//   * the same greedy check at batch 1 (each prompt alone), with the decoder's norm and gated
+//     activation fused into the skinny GEMV (KernelSwitches::fused_norm_linear) and without.
 // A fixture whose head dim CUDA refuses must be refused at load naming head_dim. Skips itself
 // without a CUDA device. KVSERVE_ORACLE_DIR overrides the fixture directory.
 #include <gtest/gtest.h>
@@ -55,8 +57,10 @@ Expected load_expected(const fs::path& dir) {
 Result<std::unique_ptr<model::ModelRunner>> make_runner(const fs::path& dir,
                                                         const std::string& device,
                                                         int32_t page_size,
-                                                        const std::string& backend) {
+                                                        const std::string& backend,
+                                                        platform::KernelSwitches switches = {}) {
   model::ModelRunnerOptions o;
+  o.kernel_switches = switches;
   o.device = test_support::device_of(device);
   o.page_size = page_size;
   o.attention_backend = test_support::backend_of(backend);
@@ -132,6 +136,37 @@ double row_std(const std::vector<float>& row) {
   return std::sqrt(sq / double(row.size()));
 }
 
+// `tokens` (greedy, one row per prompt) against transformers': equal up to the first step where
+// bf16 flips a near-tie of the f32 CPU runner `cpu` (the header says how near).
+void expect_greedy_matches(const std::string& label, model::ModelRunner& cpu, const Expected& want,
+                           const std::vector<std::vector<int32_t>>& tokens) {
+  ASSERT_EQ(tokens.size(), want.greedy.size()) << label;
+  int32_t equal_steps = 0, total_steps = 0, flips = 0;
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    const auto& w = want.greedy[p];
+    const auto& g = tokens[p];
+    ASSERT_EQ(g.size(), w.size()) << label;
+    size_t j = 0;
+    while (j < w.size() && g[j] == w[j])
+      ++j;
+    equal_steps += int32_t(j);
+    total_steps += int32_t(w.size());
+    if (j == w.size()) continue;
+    // The first difference must be a near-tie of the f32 model (equal to transformers).
+    ++flips;
+    const std::vector<float> ref = incremental_logits(cpu, want.prompts[p], w, j);
+    const double gap = double(ref[size_t(w[j])]) - double(ref[size_t(g[j])]);
+    const double margin = 0.05 * row_std(ref);
+    std::cout << "[ greedy   ] " << label << ": prompt " << p << " differs at step " << j << " ("
+              << w[j] << " vs " << g[j] << "), f32 gap " << gap << " <= margin " << margin
+              << std::endl;
+    EXPECT_LE(gap, margin) << label << ": prompt " << p << " step " << j << " is not a near-tie";
+  }
+  std::cout << "[ greedy   ] " << label << ": " << equal_steps << "/" << total_steps
+            << " steps equal to transformers before any flip, " << flips << " near-tie flips"
+            << std::endl;
+}
+
 class OracleGpuTest : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -172,33 +207,36 @@ TEST_P(OracleGpuTest, LogitsAndGreedyMatchTransformersOnBothBackendsAndPageSizes
       EXPECT_EQ(a.confident_agree, a.confident) << label;
 
       const auto tokens = greedy(**r, want.prompts, int32_t(want.greedy[0].size()));
-      ASSERT_EQ(tokens.size(), want.greedy.size()) << label;
-      int32_t equal_steps = 0, total_steps = 0, flips = 0;
-      for (size_t p = 0; p < tokens.size(); ++p) {
-        const auto& w = want.greedy[p];
-        const auto& g = tokens[p];
-        ASSERT_EQ(g.size(), w.size()) << label;
-        size_t j = 0;
-        while (j < w.size() && g[j] == w[j])
-          ++j;
-        equal_steps += int32_t(j);
-        total_steps += int32_t(w.size());
-        if (j == w.size()) continue;
-        // The first difference must be a near-tie of the f32 model (equal to transformers).
-        ++flips;
-        const std::vector<float> ref = incremental_logits(**cpu, want.prompts[p], w, j);
-        const double gap = double(ref[size_t(w[j])]) - double(ref[size_t(g[j])]);
-        const double margin = 0.05 * row_std(ref);
-        std::cout << "[ greedy   ] " << label << ": prompt " << p << " differs at step " << j
-                  << " (" << w[j] << " vs " << g[j] << "), f32 gap " << gap << " <= margin "
-                  << margin << std::endl;
-        EXPECT_LE(gap, margin) << label << ": prompt " << p << " step " << j
-                               << " is not a near-tie";
-      }
-      std::cout << "[ greedy   ] " << label << ": " << equal_steps << "/" << total_steps
-                << " steps equal to transformers before any flip, " << flips << " near-tie flips"
-                << std::endl;
+      expect_greedy_matches(label, **cpu, want, tokens);
     }
+  }
+}
+
+// Batch 1 (each prompt alone: every decode step is one row, where the decoder's norms and gated
+// activation fuse into the skinny GEMV) with KernelSwitches::fused_norm_linear on and off, each
+// against transformers as above (cuda-paged, page 16; graphs as generation uses them).
+TEST_P(OracleGpuTest, BatchOneGreedyMatchesTransformersFusedAndComposed) {
+  const fs::path dir = oracle_dir() / GetParam();
+  const Expected want = load_expected(dir);
+  auto cpu = make_runner(dir, "cpu", 1, "native");
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+  for (const bool fused : {true, false}) {
+    platform::KernelSwitches sw;
+    sw.fused_norm_linear = fused;
+    const std::string label = GetParam() + " batch 1 " + (fused ? "fused" : "composed");
+    auto r = make_runner(dir, "cuda", 16, "cuda-paged", sw);
+    if (!r.is_ok() && r.status().code() == StatusCode::kUnimplemented) {
+      GTEST_SKIP() << "refused on CUDA: " << r.status().to_string();  // the test above checks why
+    }
+    ASSERT_TRUE(r.is_ok()) << label << ": " << r.status().to_string();
+    ASSERT_EQ((*r)->platform().kernel_switches().fused_norm_linear, fused) << label;
+    std::vector<std::vector<int32_t>> tokens;
+    for (const auto& prompt : want.prompts) {
+      auto one = greedy(**r, {prompt}, int32_t(want.greedy[0].size()));
+      ASSERT_EQ(one.size(), 1u) << label;
+      tokens.push_back(std::move(one[0]));
+    }
+    expect_greedy_matches(label, **cpu, want, tokens);
   }
 }
 

@@ -202,37 +202,4 @@ void split_qkv_rope(const SplitQkvRopeParams& p) {
         .rotary_dim = p.rotary_dim});
 }
 
-void normed_linear(const NormedLinearParams& p) {
-  rms_norm({.x = p.x,
-            .residual = const_cast<void*>(p.residual_in),  // read only: residual_out is set
-            .residual_out = p.residual_out,
-            .out = p.normed,
-            .weight = p.norm_weight,
-            .dtype = p.dtype,
-            .rows = p.m,
-            .cols = p.k,
-            .x_stride = p.k,
-            .eps = p.eps,
-            .weight_offset = p.weight_offset});
-  gemm({.a = p.normed,
-        .b = p.w,
-        .bias = p.bias,
-        .c = p.gated ? p.gate_up : p.out,
-        .dtype = p.dtype,
-        .m = p.m,
-        .n = p.n,
-        .k = p.k,
-        .lda = p.k,
-        .ldb = p.k,
-        .ldc = p.n});
-  if (p.gated) {
-    act_and_mul({.x = p.gate_up,
-                 .out = p.out,
-                 .dtype = p.dtype,
-                 .activation = p.activation,
-                 .num_tokens = p.m,
-                 .inter = p.n / 2});
-  }
-}
-
 }  // namespace kvserve::ops::cpu

@@ -84,8 +84,9 @@ void gemm(const ops::GemmParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
-void normed_linear(const ops::NormedLinearParams& /*params*/, StreamHandle /*stream*/) {
+bool fused_normed_linear(const ops::NormedLinearParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
+  return false;
 }
 
 void argmax_rows(const float* /*logits*/, int64_t /*rows*/, int64_t /*vocab*/, int32_t* /*out*/,

@@ -22,10 +22,10 @@ bool skinny_gemm_applies(const ops::GemmParams& p);
 void skinny_gemm(const ops::GemmParams& p, StreamHandle stream);
 
 // The fused form of ops::NormedLinearParams (the norm in the product's prologue, the gated
-// activation in its epilogue): 1 <= m <= kSkinnyGemmMaxM, bf16 or f16, k a multiple of 8, x, w,
-// norm_weight and the residuals 16-byte aligned; gated: n even and no bias.
+// activation in its epilogue): 1 <= m <= kSkinnyGemmMaxM, bf16 or f16, k a multiple of 8 and
+// m * k <= 12288 (the normed rows in shared memory), x, w, norm_weight and the residuals 16-byte
+// aligned; gated: n even and no bias.
+// ops.h's fused_normed_linear queues it where this holds.
 bool skinny_normed_linear_applies(const ops::NormedLinearParams& p);
-// Queues it on `stream`; CHECKs skinny_normed_linear_applies.
-void skinny_normed_linear(const ops::NormedLinearParams& p, StreamHandle stream);
 
 }  // namespace kvserve::platform::cuda

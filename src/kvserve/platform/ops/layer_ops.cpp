@@ -62,15 +62,50 @@ void normed_linear(platform::Platform& p, const NormedLinearParams& params,
            "normed_linear: residual_out must not alias x or residual_in");
   KV_CHECK(!params.gated || (params.n % 2 == 0 && params.bias == nullptr),
            "normed_linear: a gated projection needs an even n ({}) and no bias", params.n);
-  const bool skinny = p.kernel_switches().skinny_gemm;
-  const bool fused = p.kernel_switches().fused_norm_linear && skinny;
-  if (params.fused != fused || params.skinny != skinny) {
+  if (params.m == 0) return;
+  const platform::KernelSwitches& sw = p.kernel_switches();
+  if (p.device().kind == DeviceKind::kCuda && sw.fused_norm_linear && sw.skinny_gemm) {
     NormedLinearParams q = params;
-    q.fused = fused;
-    q.skinny = skinny;
-    return dispatch(p, q, stream, cpu::normed_linear, platform::cuda::normed_linear);
+    q.pdl = sw.pdl;
+    if (platform::cuda::fused_normed_linear(q, p.resolve(stream))) return;
   }
-  dispatch(p, params, stream, cpu::normed_linear, platform::cuda::normed_linear);
+  // The three ops it stands for, each dispatched (and switched) as on its own.
+  rms_norm(p,
+           {.x = params.x,
+            .residual = const_cast<void*>(params.residual_in),  // read only: residual_out is set
+            .residual_out = params.residual_out,
+            .out = params.normed,
+            .weight = params.norm_weight,
+            .dtype = params.dtype,
+            .rows = params.m,
+            .cols = params.k,
+            .x_stride = params.k,
+            .eps = params.eps,
+            .weight_offset = params.weight_offset},
+           stream);
+  gemm(p,
+       {.a = params.normed,
+        .b = params.w,
+        .bias = params.bias,
+        .c = params.gated ? params.gate_up : params.out,
+        .dtype = params.dtype,
+        .m = params.m,
+        .n = params.n,
+        .k = params.k,
+        .lda = params.k,
+        .ldb = params.k,
+        .ldc = params.n},
+       stream);
+  if (params.gated) {
+    act_and_mul(p,
+                {.x = params.gate_up,
+                 .out = params.out,
+                 .dtype = params.dtype,
+                 .activation = params.activation,
+                 .num_tokens = params.m,
+                 .inter = params.n / 2},
+                stream);
+  }
 }
 
 void argmax_rows(platform::Platform& p, const float* logits, int64_t rows, int64_t vocab,

@@ -35,7 +35,6 @@ void rope(const RopeParams& params);
 void act_and_mul(const ActAndMulParams& params);
 void softcap(const SoftcapParams& params);
 void split_qkv_rope(const SplitQkvRopeParams& params);
-void normed_linear(const NormedLinearParams& params);  // rms_norm, gemm, act_and_mul
 }  // namespace cpu
 
 }  // namespace kvserve::ops

@@ -126,11 +126,8 @@ struct NormedLinearParams {
   // The composed path's intermediates: [m, k] and (gated) [m, n].
   void* normed = nullptr;
   void* gate_up = nullptr;
-  // The op dispatch sets these from the platform's KernelSwitches: the fused kernel where it
-  // applies (fused_norm_linear), the skinny GEMM in the composed path (skinny_gemm; off: no
-  // fused kernel either), PDL for every launch.
-  bool fused = true;
-  bool skinny = true;
+  // The op dispatch sets it from the platform's KernelSwitches (the fused kernel's launch; the
+  // composed path's ops take theirs from the same switches).
   bool pdl = true;
 };
 
