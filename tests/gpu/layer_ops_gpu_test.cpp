@@ -3,7 +3,7 @@
 // fused residual, with Gemma's (1 + w) offset, per-head rows), split-qkv + rope (every
 // rope_scaling type), SiLU- and tanh-GELU-and-mul within bf16 rounding of the f32 result, the
 // scaled embedding and the logit soft-capping; the cuBLASLt GEMM (bias, f32 output), the skinny
-// GEMM and the norm-then-project op (fused and composed) against float64. Skips itself without a
+// GEMM and the norm-then-project op against float64. Skips itself without a
 // CUDA device.
 #include <gtest/gtest.h>
 
@@ -467,9 +467,8 @@ TEST_F(LayerOpsGpuTest, SkinnyGemmMatchesFloat64) {
 }
 
 // ops::normed_linear on `s` against float64: the residual stream bit for bit (bf16(x + residual),
-// as rms_norm rounds it), the output within the path's roundings: the fused kernel's only
-// rounding is the output's (and gate / up before the activation); the composed path also rounds
-// the normed row, at most 2^-9 of each product's magnitude.
+// as rms_norm rounds it), the output within its roundings: the normed row (at most 2^-9 of each
+// product's magnitude), gate and up before the activation, and the output.
 void LayerOpsGpuTest::check_normed_linear(const NormedShape& s) {
   std::vector<float> x, res, g, w, bias;
   Tensor dx = random_bf16(x, s.m * s.k);
@@ -502,11 +501,9 @@ void LayerOpsGpuTest::check_normed_linear(const NormedShape& s) {
                              .gate_up = dgate_up.data()});
   const std::vector<float> got = download_bf16(dout, s.m * outs);
   const std::vector<float> got_res = download_bf16(dres_out, s.m * s.k);
-  const bool fused = s.m == 1 && s.k % 8 == 0 && gpu_->kernel_switches().fused_norm_linear;
   const std::string what = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                            std::to_string(s.k) + (s.gated ? " gated" : "") +
-                           (s.bias ? " +bias" : "") + (s.residual ? " +residual" : "") +
-                           (fused ? " (fused)" : " (composed)");
+                           (s.bias ? " +bias" : "") + (s.residual ? " +residual" : "");
   auto act = [&](double v) {
     if (s.act == ops::GatedActivation::kSilu) return v / (1.0 + std::exp(-v));
     return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
@@ -533,8 +530,8 @@ void LayerOpsGpuTest::check_normed_linear(const NormedShape& s) {
       }
       return y;
     };
-    // How far y may be off: f32 accumulation, and the composed path's normed row in bf16.
-    const double per_mag = fused ? 4e-5 : 4e-5 + 1.0 / 512;
+    // How far y may be off: f32 accumulation, and the normed row in bf16.
+    const double per_mag = 4e-5 + 1.0 / 512;
     for (int64_t j = 0; j < outs; ++j) {
       double ref, tol;
       if (s.gated) {
@@ -566,28 +563,20 @@ void LayerOpsGpuTest::check_normed_linear(const NormedShape& s) {
   std::cout << "[ normed   ] " << what << ": worst error " << worst << " of tolerance" << std::endl;
 }
 
-// m = 1 runs the skinny kernel's fused form (the norm in its prologue, the gated activation in
-// its epilogue) where it applies; m = 2, 3, k = 100 (not a multiple of 8) and the switch off run
-// rms_norm, the GEMM and act_and_mul. Shapes: the 8B's qkv (with Qwen2's bias) and gate_up, a
-// first layer (no residual to add), Gemma's (1 + w) with tanh-GELU, a last warp with one output.
+// rms_norm, the GEMM (the skinny kernel at m = 1, cuBLASLt above) and act_and_mul as one op.
+// Shapes: the 8B's qkv (with Qwen2's bias) and gate_up, a first layer (no residual to add), Gemma's
+// (1 + w) with tanh-GELU, a last warp with one output, k = 100 (not a multiple of 8).
 TEST_F(LayerOpsGpuTest, NormedLinearMatchesFloat64) {
   using A = ops::GatedActivation;
-  for (const bool fused : {true, false}) {
-    platform::KernelSwitches sw;
-    sw.fused_norm_linear = fused;
-    gpu_->set_kernel_switches(sw);
-    for (const int64_t m : {1, 2, 3}) {
-      if (!fused && m > 1) continue;  // the switch changes nothing there
-      for (const NormedShape s :
-           {NormedShape{m, 6144, 4096, false, true, true, 0.0f, A::kSilu},
-            NormedShape{m, 28672, 4096, true, false, true, 0.0f, A::kSilu},
-            NormedShape{m, 1001, 1000, false, false, false, 0.0f, A::kSilu},
-            NormedShape{m, 2 * 999, 512, true, false, true, 1.0f, A::kGeluTanh},
-            NormedShape{m, 2 * 7, 14336, true, false, true, 0.0f, A::kSilu},
-            NormedShape{m, 33, 100, false, true, true, 0.0f, A::kSilu}}) {
-        check_normed_linear(s);
-        if (HasFailure()) return;
-      }
+  for (const int64_t m : {1, 2, 3}) {
+    for (const NormedShape s : {NormedShape{m, 6144, 4096, false, true, true, 0.0f, A::kSilu},
+                                NormedShape{m, 28672, 4096, true, false, true, 0.0f, A::kSilu},
+                                NormedShape{m, 1001, 1000, false, false, false, 0.0f, A::kSilu},
+                                NormedShape{m, 2 * 999, 512, true, false, true, 1.0f, A::kGeluTanh},
+                                NormedShape{m, 2 * 7, 14336, true, false, true, 0.0f, A::kSilu},
+                                NormedShape{m, 33, 100, false, true, true, 0.0f, A::kSilu}}) {
+      check_normed_linear(s);
+      if (HasFailure()) return;
     }
   }
 }

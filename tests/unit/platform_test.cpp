@@ -207,26 +207,23 @@ TEST(TensorView, ShapeAndBytes) {
 // sets its field, anything else is an error naming the variable; a platform carries the defaults
 // until told otherwise, whatever the environment says.
 TEST(KernelSwitches, FromTheEnvironment) {
-  const char* names[] = {"KVSERVE_FUSED_KV_STORE",   "KVSERVE_DECODE_TC",
-                         "KVSERVE_SKINNY_GEMM",      "KVSERVE_PDL",
-                         "KVSERVE_PREFILL_VARIANT",  "KVSERVE_DECODE_TC_STAGES",
-                         "KVSERVE_SPLIT_COUNTERS",   "KVSERVE_PREFILL_TMA",
-                         "KVSERVE_PREFILL_NEW_ROWS", "KVSERVE_FUSED_NORM_LINEAR"};
+  const char* names[] = {"KVSERVE_FUSED_KV_STORE",  "KVSERVE_DECODE_TC",
+                         "KVSERVE_SKINNY_GEMM",     "KVSERVE_PDL",
+                         "KVSERVE_PREFILL_VARIANT", "KVSERVE_DECODE_TC_STAGES",
+                         "KVSERVE_SPLIT_COUNTERS",  "KVSERVE_PREFILL_TMA",
+                         "KVSERVE_PREFILL_NEW_ROWS"};
   for (const char* n : names)
     unsetenv(n);
   const KernelSwitches defaults = kernel_switches_from_env().value();
   EXPECT_TRUE(defaults.fused_kv_store && defaults.decode_tc && defaults.skinny_gemm &&
               defaults.pdl && defaults.split_counters && defaults.prefill_tma &&
               defaults.prefill_new_rows);
-  EXPECT_FALSE(defaults.fused_norm_linear);  // until it has run on a GPU (kernel_switches.h)
   EXPECT_EQ(defaults.prefill_variant, ops::PrefillVariant::kAuto);
   EXPECT_EQ(defaults.decode_tc_stages, 0);
   EXPECT_EQ(describe(defaults),
             "fused_kv_store on, decode_tc on, prefill_variant auto, decode_tc_stages auto, "
-            "skinny_gemm on, fused_norm_linear off, pdl on, split_counters on, prefill_tma on, "
-            "prefill_new_rows on");
+            "skinny_gemm on, pdl on, split_counters on, prefill_tma on, prefill_new_rows on");
 
-  // Every switch flipped from its default.
   setenv("KVSERVE_FUSED_KV_STORE", "0", 1);
   setenv("KVSERVE_DECODE_TC", "0", 1);
   setenv("KVSERVE_SKINNY_GEMM", "0", 1);
@@ -236,12 +233,10 @@ TEST(KernelSwitches, FromTheEnvironment) {
   setenv("KVSERVE_SPLIT_COUNTERS", "0", 1);
   setenv("KVSERVE_PREFILL_TMA", "0", 1);
   setenv("KVSERVE_PREFILL_NEW_ROWS", "0", 1);
-  setenv("KVSERVE_FUSED_NORM_LINEAR", "1", 1);
   const KernelSwitches off = kernel_switches_from_env().value();
   EXPECT_EQ(describe(off),
             "fused_kv_store off, decode_tc off, prefill_variant m128w4, decode_tc_stages 2, "
-            "skinny_gemm off, fused_norm_linear on, pdl off, split_counters off, prefill_tma off, "
-            "prefill_new_rows off");
+            "skinny_gemm off, pdl off, split_counters off, prefill_tma off, prefill_new_rows off");
   // The platform does not read the environment: it carries what it is given.
   auto cpu = std::move(create_platform(Device{}).value());
   EXPECT_TRUE(cpu->kernel_switches().pdl);

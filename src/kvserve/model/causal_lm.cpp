@@ -35,9 +35,7 @@ struct CausalLM::Layer {
 // sized once and never moves, since captured graphs hold its addresses.
 struct CausalLM::Workspace {
   int64_t tokens = 0;
-  // The residual stream in two buffers that take turns (ops::NormedLinearParams: each norm reads
-  // one and writes the sum into the other).
-  Tensor hidden, residual, residual2, normed, qkv, q, k, v, attn, gate_up, act, last;
+  Tensor hidden, residual, normed, qkv, q, k, v, attn, gate_up, act, last;
   Tensor ints;  // i32 [3, tokens]: input_ids | positions | logits_indices (mem::upload_batch_ints)
   int64_t logit_rows = 0;
   Tensor
@@ -72,7 +70,6 @@ struct CausalLM::Workspace {
     };
     for (auto [t, cols] : {std::pair{&hidden, h},
                            {&residual, h},
-                           {&residual2, h},
                            {&normed, h},
                            {&last, h},
                            {&qkv, qd + 2 * kvd},
@@ -418,17 +415,15 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                       const Tensor& weight) {
     norm_rows(x.data(), residual, out.data(), weight, n, h);
   };
-  // The residual stream: `res` holds it, `res_next` receives the next one.
-  Tensor* res = &w.residual;
-  Tensor* res_next = &w.residual2;
   // A norm and the projection it feeds (the qkv and gate_up projections), one op: with
-  // `add_residual`, x joins the residual stream first; without, x starts it (the first layer).
+  // `add_residual`, x joins the residual stream (w.residual, in place) first; without, x starts it
+  // (the first layer).
   auto normed_linear = [&](const Tensor& x, bool add_residual, const Tensor& norm_weight,
                            const Tensor& weight, const Tensor* bias, const Tensor& out,
                            int64_t cols, bool gated) {
     ops::normed_linear(platform_, {.x = x.data(),
-                                   .residual_in = add_residual ? res->data() : nullptr,
-                                   .residual_out = res_next->data(),
+                                   .residual_in = add_residual ? w.residual.data() : nullptr,
+                                   .residual_out = w.residual.data(),
                                    .norm_weight = norm_weight.data(),
                                    .eps = eps,
                                    .weight_offset = fam.norm_weight_offset,
@@ -443,7 +438,6 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
                                    .activation = fam.activation,
                                    .normed = w.normed.data(),
                                    .gate_up = w.gate_up.data()});
-    std::swap(res, res_next);
   };
 
   // Vocab-parallel: each rank looks up the ids of its rows (zeros elsewhere); exactly one rank
@@ -550,7 +544,7 @@ Status CausalLM::run(const mem::ForwardBatch& batch, attention::AttentionBackend
   }
   // The last MLP output joins the residual, the final norm runs, and the rows whose logits are
   // wanted are gathered (an embedding lookup into the normed activations).
-  rms_norm(w.hidden, res, w.normed, final_norm_);
+  rms_norm(w.hidden, &w.residual, w.normed, final_norm_);
   ops::embedding(platform_, {.table = w.normed.data(),
                              .ids = logits_indices,
                              .out = w.last.data(),

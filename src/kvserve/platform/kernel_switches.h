@@ -43,12 +43,6 @@ struct KernelSwitches {
   int32_t decode_tc_stages = 0;
   // KVSERVE_SKINNY_GEMM=0: every GEMM on cuBLASLt, none on the skinny-M kernel.
   bool skinny_gemm = true;
-  // KVSERVE_FUSED_NORM_LINEAR=1: at batch 1 the decoder's norms and the gated activation run
-  // inside the skinny GEMV's qkv / gate_up launches (ops::NormedLinearParams) instead of as
-  // kernels of their own. Off by default until the fused kernel has run on a GPU: it was written
-  // in a session whose device calls could not start (layer_ops_gpu_test's
-  // NormedLinearMatchesFloat64 and oracle_gpu_test are what must pass before it goes on).
-  bool fused_norm_linear = false;
   // KVSERVE_PDL=0: every kernel launched plainly, without programmatic dependent launch
   // (platform/cuda/pdl.cuh).
   bool pdl = true;

@@ -34,7 +34,6 @@ Result<KernelSwitches> kernel_switches_from_env() {
   KV_RETURN_IF_ERROR(read_flag("KVSERVE_FUSED_KV_STORE", &s.fused_kv_store));
   KV_RETURN_IF_ERROR(read_flag("KVSERVE_DECODE_TC", &s.decode_tc));
   KV_RETURN_IF_ERROR(read_flag("KVSERVE_SKINNY_GEMM", &s.skinny_gemm));
-  KV_RETURN_IF_ERROR(read_flag("KVSERVE_FUSED_NORM_LINEAR", &s.fused_norm_linear));
   KV_RETURN_IF_ERROR(read_flag("KVSERVE_PDL", &s.pdl));
   KV_RETURN_IF_ERROR(read_flag("KVSERVE_SPLIT_COUNTERS", &s.split_counters));
   KV_RETURN_IF_ERROR(read_flag("KVSERVE_PREFILL_TMA", &s.prefill_tma));
@@ -63,11 +62,11 @@ Result<KernelSwitches> kernel_switches_from_env() {
 std::string describe(const KernelSwitches& s) {
   return fmt::format(
       "fused_kv_store {}, decode_tc {}, prefill_variant {}, decode_tc_stages {}, skinny_gemm {}, "
-      "fused_norm_linear {}, pdl {}, split_counters {}, prefill_tma {}, prefill_new_rows {}",
+      "pdl {}, split_counters {}, prefill_tma {}, prefill_new_rows {}",
       on_off(s.fused_kv_store), on_off(s.decode_tc), ops::prefill_variant_name(s.prefill_variant),
       s.decode_tc_stages == 0 ? std::string("auto") : std::to_string(s.decode_tc_stages),
-      on_off(s.skinny_gemm), on_off(s.fused_norm_linear), on_off(s.pdl), on_off(s.split_counters),
-      on_off(s.prefill_tma), on_off(s.prefill_new_rows));
+      on_off(s.skinny_gemm), on_off(s.pdl), on_off(s.split_counters), on_off(s.prefill_tma),
+      on_off(s.prefill_new_rows));
 }
 
 }  // namespace kvserve::platform

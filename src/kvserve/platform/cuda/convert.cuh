@@ -1,12 +1,9 @@
 // Element conversions of CUDA kernels: every kernel loads 16-bit or f32 storage as f32, computes,
-// and rounds once on the store (round to nearest even). And the element functions that two
-// kernels must compute alike.
+// and rounds once on the store (round to nearest even).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-#include "kvserve/platform/ops/layer_ops_params.h"
 
 namespace kvserve::platform::cuda {
 
@@ -33,17 +30,6 @@ __device__ __forceinline__ __half from_float<__half>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
-}
-
-// The gated MLP's activation of the gate (ops::GatedActivation): SiLU, or GELU's tanh
-// approximation as torch computes it (gelu_pytorch_tanh), in f32. Shared by act_and_mul and the
-// skinny GEMM's gated epilogue so that both give the same bits.
-__device__ __forceinline__ float gate_activation(float g, ops::GatedActivation act) {
-  if (act == ops::GatedActivation::kGeluTanh) {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    return 0.5f * g * (1.f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-  }
-  return g / (1.f + __expf(-g));
 }
 
 }  // namespace kvserve::platform::cuda

@@ -84,11 +84,6 @@ void gemm(const ops::GemmParams& /*params*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");
 }
 
-bool fused_normed_linear(const ops::NormedLinearParams& /*params*/, StreamHandle /*stream*/) {
-  KV_CHECK(false, "CUDA kernel called in a build without CUDA");
-  return false;
-}
-
 void argmax_rows(const float* /*logits*/, int64_t /*rows*/, int64_t /*vocab*/, int32_t* /*out*/,
                  bool /*pdl*/, StreamHandle /*stream*/) {
   KV_CHECK(false, "CUDA kernel called in a build without CUDA");

@@ -347,8 +347,15 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 // ---- gated activation and mul ---------------------------------------------------------------
 
-// SiLU, or GELU's tanh approximation as torch computes it (gelu_pytorch_tanh), in f32
-// (convert.cuh: gate_activation).
+// SiLU, or GELU's tanh approximation as torch computes it (gelu_pytorch_tanh), in f32.
+__device__ __forceinline__ float gate_activation(float g, ops::GatedActivation act) {
+  if (act == ops::GatedActivation::kGeluTanh) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * g * (1.f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.f + __expf(-g));
+}
+
 template <typename T>
 __global__ void act_and_mul_kernel(const __grid_constant__ ops::ActAndMulParams p) {
   pdl_enter();  // pdl.cuh: launched with launch_pdl

@@ -65,9 +65,5 @@ void varlen_attention(const ops::VarlenAttentionParams& params, StreamHandle str
 
 // cuBLASLt (gemm.cpp): bf16/f16/f32 inputs, f32 accumulation, one algorithm per shape.
 void gemm(const ops::GemmParams& params, StreamHandle stream);
-// The norm and the projection after it in one launch (skinny_gemm.cu: the norm in the skinny
-// GEMV's prologue, the gated activation in its epilogue). Queues it and returns true where the
-// kernel applies (skinny_gemm.h); false: nothing queued, ops::normed_linear composes the ops.
-bool fused_normed_linear(const ops::NormedLinearParams& params, StreamHandle stream);
 
 }  // namespace kvserve::platform::cuda

@@ -6,7 +6,6 @@
 
 #include "kvserve/platform/handles.h"
 #include "kvserve/platform/ops/gemm_params.h"
-#include "kvserve/platform/ops/layer_ops_params.h"
 
 namespace kvserve::platform::cuda {
 
@@ -20,12 +19,5 @@ inline constexpr int64_t kSkinnyGemmMaxM = 1;
 bool skinny_gemm_applies(const ops::GemmParams& p);
 // Queues it on `stream`; CHECKs skinny_gemm_applies.
 void skinny_gemm(const ops::GemmParams& p, StreamHandle stream);
-
-// The fused form of ops::NormedLinearParams (the norm in the product's prologue, the gated
-// activation in its epilogue): 1 <= m <= kSkinnyGemmMaxM, bf16 or f16, k a multiple of 8 and
-// m * k <= 12288 (the normed rows in shared memory), x, w, norm_weight and the residuals 16-byte
-// aligned; gated: n even and no bias.
-// ops.h's fused_normed_linear queues it where this holds.
-bool skinny_normed_linear_applies(const ops::NormedLinearParams& p);
 
 }  // namespace kvserve::platform::cuda

@@ -57,18 +57,9 @@ void normed_linear(platform::Platform& p, const NormedLinearParams& params,
                    platform::StreamHandle stream) {
   KV_CHECK(params.residual_in == nullptr || params.residual_out != nullptr,
            "normed_linear: residual_in without residual_out");
-  KV_CHECK(params.residual_out == nullptr ||
-               (params.residual_out != params.x && params.residual_out != params.residual_in),
-           "normed_linear: residual_out must not alias x or residual_in");
   KV_CHECK(!params.gated || (params.n % 2 == 0 && params.bias == nullptr),
            "normed_linear: a gated projection needs an even n ({}) and no bias", params.n);
   if (params.m == 0) return;
-  const platform::KernelSwitches& sw = p.kernel_switches();
-  if (p.device().kind == DeviceKind::kCuda && sw.fused_norm_linear && sw.skinny_gemm) {
-    NormedLinearParams q = params;
-    q.pdl = sw.pdl;
-    if (platform::cuda::fused_normed_linear(q, p.resolve(stream))) return;
-  }
   // The three ops it stands for, each dispatched (and switched) as on its own.
   rms_norm(p,
            {.x = params.x,

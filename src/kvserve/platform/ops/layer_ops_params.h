@@ -32,7 +32,8 @@ struct EmbeddingParams {
 // With `residual`: residual = x + residual; out = rmsnorm(residual). Without: out = rmsnorm(x).
 // rmsnorm(v) = v / sqrt(mean(v^2) + eps) * (weight + weight_offset). `out` may alias `x`.
 // With `residual_out`, the sum v (x + residual, or x alone) goes there instead and `residual` is
-// only read (the residual stream kept in two buffers that take turns; NormedLinearParams).
+// only read; residual_out may be `residual` (in place) or set without it (x starts the stream:
+// the first layer's norm, NormedLinearParams).
 // weight_offset is 1 for Gemma's RMSNorm (x * (1 + w), the sum in f32), 0 elsewhere. Per-head
 // q/k norms (Qwen3, Gemma 3) are this op over rows = tokens * heads, cols = head_dim.
 struct RmsNormParams {
@@ -98,15 +99,11 @@ struct ActAndMulParams {
 //   residual_out = v                (when set: the next residual stream)
 //   y = rmsnorm(v) . w^T (+ bias)   (RmsNormParams' rmsnorm with norm_weight, GemmParams' product)
 //   out = y, or with `gated`: out[:, i] = act(y[:, i]) * y[:, n / 2 + i]   (ActAndMulParams)
-// On CUDA at m <= kSkinnyGemmMaxM with 16-bit inputs (skinny_gemm.h) one kernel does all of it:
-// each warp, which streams the whole activation row for its weight rows anyway, sums v^2 as it
-// goes and scales its dot products by 1 / rms at the end; a gated warp computes one output's gate
-// row and up row (rounded to dtype before the activation, as act_and_mul reads them); `normed`
-// and `gate_up` are not written. The product then sees v * weight in f32, not the normed row
-// rounded to dtype: equal to the composed path within that rounding, not bit for bit (the
-// residual is bit for bit). Elsewhere: rms_norm into `normed`, gemm into `gate_up` (gated) or
-// `out`, act_and_mul. residual_out must not alias x or residual_in (the fused kernel's blocks
-// read them while one of them writes residual_out). Rows are contiguous.
+// ops::normed_linear runs it as rms_norm into `normed`, gemm into `gate_up` (gated) or `out`, and
+// act_and_mul: the one place a fused kernel would go. (A batch-1 CUDA kernel that folded the norm
+// into the skinny GEMV's prologue and the activation into its epilogue was measured slower than
+// these three launches with PDL on the H100, docs/perf/2026-12-07-fused-norm-linear.md, and
+// removed.) residual_out may be residual_in (the stream updated in place). Rows are contiguous.
 struct NormedLinearParams {
   const void* x = nullptr;            // [m, k]
   const void* residual_in = nullptr;  // [m, k] or null
@@ -123,12 +120,9 @@ struct NormedLinearParams {
   int64_t k = 0;
   bool gated = false;
   GatedActivation activation = GatedActivation::kSilu;
-  // The composed path's intermediates: [m, k] and (gated) [m, n].
+  // The intermediates: [m, k] and (gated) [m, n].
   void* normed = nullptr;
   void* gate_up = nullptr;
-  // The op dispatch sets it from the platform's KernelSwitches (the fused kernel's launch; the
-  // composed path's ops take theirs from the same switches).
-  bool pdl = true;
 };
 
 // Splits a fused qkv projection [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim] into
