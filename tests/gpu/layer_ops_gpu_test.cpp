@@ -3,8 +3,7 @@
 // fused residual, with Gemma's (1 + w) offset, per-head rows), split-qkv + rope (every
 // rope_scaling type), SiLU- and tanh-GELU-and-mul within bf16 rounding of the f32 result, the
 // scaled embedding and the logit soft-capping; the cuBLASLt GEMM (bias, f32 output), the skinny
-// GEMM and the norm-then-project op against float64. Skips itself without a
-// CUDA device.
+// GEMM and the norm-then-project op against float64. Skips itself without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
