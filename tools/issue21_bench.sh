@@ -7,17 +7,21 @@
 # A bin dir holds kvserve and sampling_bench (tools/device_bundle.sh packs them). Writes one text
 # file per measurement under OUT_DIR and OUT_DIR/times.txt (seconds since the start, per step).
 #   prefill attention   bench-attention --mode prefill, d64/128/256 x 4k/8k, contiguous K/V (a
-#                       fresh prefill) and 16-slot pages (an extend); bench/sdpa_peer.py
-#   decode attention    bench-attention --mode decode --kernel tc, 1 and 16 x 4096, pages 1-128,
-#                       launches queued with PDL over per-layer K/V (--layers)
+#                       fresh prefill), 1- and 16-slot pages (an extend); bench/sdpa_peer.py
+#   decode attention    bench-attention --mode decode --kernel tc, 1 and 16 x 4096, pages 1-128:
+#                       one launch per timed iteration, and launches queued with PDL over
+#                       per-layer K/V (--layers)
 #   8B decode step      bench-one-batch on a llama-3.1-8b-shape checkpoint (made at L8B, default
 #                       /tmp/l8b, when absent), batch 1 and 64, 1024 in, 256 out
-#   device sampling     sampling_bench, the cluster kernel (radix:0)
+#   device sampling     sampling_bench, the cluster kernel (radix:0) and, at 64 x 128k, the radix
+#                       select (radix:1, the issue-start tree's kernel)
 #   TTFT                serve + bench-serving at concurrency 1: the 8B shape (random ids) and
 #                       models/demo-lm (text-producing weights)
 # Environment: L8B, PORT (default 31000), SKIP (space-separated section names to leave out:
 # prefill decode step sampling ttft), OLD_SECTIONS (the sections the old tree runs in too;
-# default all of them).
+# default all of them). The previous tree may be the issue-start tree (e87a3a8): it runs the
+# commands it has flags for (no --layers, no --contiguous, no sampling_bench: leave sampling out
+# of OLD_SECTIONS), and the new tree runs those same commands too.
 set -uo pipefail
 if [[ $# -lt 2 ]]; then
   echo "usage: $0 OUT_DIR NEW_BIN_DIR [OLD_BIN_DIR]" >&2
@@ -44,6 +48,9 @@ if want decode; then
   while read -r tag dir; do
     common=(bench-attention --device cuda --mode decode --kernel tc --num-q-heads 32
       --num-kv-heads 8 --head-dim 128 --iters 30 --no-check --seq-len 4096 --page-size 1,16,64,128)
+    # One launch per timed iteration: the only form the issue-start tree (e87a3a8) has.
+    "$dir/kvserve" "${common[@]}" --batch 1,16 >"$out/decode_single_$tag.txt" 2>&1
+    [[ $tag == old ]] && continue
     "$dir/kvserve" "${common[@]}" --batch 1 --layers 8 >"$out/decode_b1_$tag.txt" 2>&1
     "$dir/kvserve" "${common[@]}" --batch 16 --layers 4 >"$out/decode_b16_$tag.txt" 2>&1
   done < <(trees decode)
@@ -68,7 +75,9 @@ fi
 
 if want sampling; then
   while read -r tag dir; do
-    "$dir/sampling_bench" --benchmark_filter='radix:0' >"$out/sampling_$tag.txt" 2>&1
+    # radix:1 is the issue-start tree's sampler (the radix select), kept as the fallback.
+    "$dir/sampling_bench" --benchmark_filter='radix:0|rows:64/vocab:128256/.*radix:1' \
+      >"$out/sampling_$tag.txt" 2>&1
   done < <(trees sampling)
   stamp sampling
 fi
@@ -78,8 +87,10 @@ if want prefill; then
     for d in 64 128 256; do
       common=(bench-attention --device cuda --mode prefill --num-q-heads 32 --num-kv-heads 8
         --batch 1 --iters 20 --no-check --head-dim "$d" --seq-len 4096,8192)
-      "$dir/kvserve" "${common[@]}" --page-size 1 --contiguous >"$out/prefill_contig_d${d}_$tag.txt" 2>&1
+      "$dir/kvserve" "${common[@]}" --page-size 1 >"$out/prefill_page1_d${d}_$tag.txt" 2>&1
       "$dir/kvserve" "${common[@]}" --page-size 16 >"$out/prefill_page16_d${d}_$tag.txt" 2>&1
+      [[ $tag == old ]] && continue  # --contiguous came later
+      "$dir/kvserve" "${common[@]}" --page-size 1 --contiguous >"$out/prefill_contig_d${d}_$tag.txt" 2>&1
     done
   done < <(trees prefill)
   python3 bench/sdpa_peer.py --seq-lens 4096,8192 --head-dims 64,128,256 >"$out/prefill_sdpa.txt" 2>&1
@@ -108,6 +119,8 @@ if want ttft; then
   while read -r tag dir; do
     serve_and_bench "$dir/kvserve" "$l8b" "$out/ttft_8b_$tag.txt" --dataset-name random-ids \
       --random-input-len 1024 --random-output-len 64 --num-prompts 16 --max-concurrency 1
+    # The demo model when the checkout carries it (a device call may leave it behind for room).
+    [[ -f models/demo-lm/config.json ]] || continue
     serve_and_bench "$dir/kvserve" models/demo-lm "$out/ttft_demo_$tag.txt" --dataset-name random \
       --random-input-len 512 --random-output-len 64 --random-range-ratio 1 --num-prompts 12 \
       --max-concurrency 1
