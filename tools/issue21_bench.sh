@@ -97,10 +97,12 @@ if want prefill; then
   stamp prefill
 fi
 
-# serve MODEL on $port, wait for /health, run bench-serving with the given arguments, stop it.
+# serve MODEL on the next port, wait for /health, run bench-serving with the given arguments, stop it.
 serve_and_bench() {
   local bin=$1 model=$2 file=$3
   shift 3
+  # A fresh port per server: the previous one's socket may still hold its port.
+  port=$((port + 1))
   "$bin" serve --model-path "$model" --device cuda --page-size 16 --port "$port" \
     --log-level warn >"$file.serve" 2>&1 &
   local pid=$!

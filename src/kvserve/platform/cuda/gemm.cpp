@@ -3,12 +3,15 @@
 //
 // cuBLASLt is column-major, so the row-major product is computed as its transpose:
 // C^T[n, m] = B[n, k] . A^T, i.e. Lt's "A" is our weight B (k x n column-major, transposed) and
-// Lt's "B" is our activation A (k x m column-major). The algorithm for a shape is chosen once by
-// cuBLASLt's heuristic and cached with its descriptors; the cache and the handle are shared by
-// every caller of the process (the engine thread launches, tests may too), behind a mutex.
-// (Timing the heuristic's first eight answers on the first call's buffers picked slower kernels at
-// m <= 4 on the H200 — 5.41 against 5.20 ms per 8B-shape batch-1 decode step: timed alone, the
-// weight sits in L2, which a forward never sees — so the heuristic's first answer is kept.)
+// Lt's "B" is our activation A (k x m column-major). The algorithm for a shape is chosen once and
+// cached with its descriptors; the cache and the handle are shared by every caller of the process
+// (the engine thread launches, tests may too), behind a mutex. For the decode batches (m in 2..7
+// and multiples of 8 up to 256: tuned_shape) the heuristic's first eight answers are timed on the
+// first call's buffers, each from a cold L2 (fastest): 8B-shape decode steps on an H100, tuned vs
+// the first answer, two runs each: batch 8 6.52 vs 6.61 ms, batch 32 7.61-7.64 vs 7.76-7.78, batch
+// 64 9.22-9.27 vs 9.27-9.28; 0.5 s more at load (docs/perf/2026-12-07-issue21-before-after.md). An
+// earlier try timed back to back, with the weight in L2 (which a forward never sees), and picked
+// slower kernels at m <= 4 on the H200.
 //
 // m <= kSkinnyGemmMaxM with 16-bit inputs goes to our skinny kernel instead (skinny_gemm.cu: a
 // weight read at the copy bandwidth); KVSERVE_SKINNY_GEMM=0 sends it to cuBLASLt too.
@@ -37,9 +40,22 @@ namespace kvserve::platform::cuda {
 namespace {
 
 // What cuBLASLt asks for on Hopper. One workspace for the process, allocated at the first GEMM
-// with cudaMalloc: the one device allocation outside a platform's device pool, counted in the
-// pool's headroom (platform/device_pool.h).
+// with cudaMalloc: the one lasting device allocation outside a platform's device pool, counted in
+// the pool's headroom (platform/device_pool.h). Tuning a plan (fastest) borrows twice the L2 from
+// that headroom while it times, and keeps the heuristic's answer when it cannot.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// Shapes whose algorithm is timed among the heuristic's first kCandidates answers (fastest):
+// the decode batches cuBLASLt serves (m = 1 is the skinny kernel's; the decode graphs' sizes are
+// multiples of 8 past 8), where the weight read dominates and the heuristic's tile choice leaves
+// bandwidth unused. Other m (an extend's length) keep the heuristic's answer, so that a new
+// prompt length never waits for a tuning (~5-10 ms per shape).
+constexpr int kCandidates = 8;
+constexpr int64_t kTunedMaxM = 256;
+
+bool tuned_shape(int64_t m) {
+  return m >= 2 && m <= kTunedMaxM && (m < 8 || m % 8 == 0);
+}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -100,17 +116,10 @@ class LtContext {
                        alignment(p.c),
                        device};
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, make_plan(p)).first;
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(p, stream)).first;
     const Plan& plan = it->second;
-    if (p.bias != nullptr) {
-      KV_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &p.bias, sizeof(p.bias)));
-    }
-    const float alpha = 1.0f;
-    const float beta = 0.0f;
-    KV_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, p.b, plan.a, p.a, plan.b, &beta, p.c,
-                                   plan.c, p.c, plan.c, &plan.algo, workspace_, kWorkspaceBytes,
-                                   stream));
+    set_bias(plan, p);
+    KV_CUBLAS_CHECK(matmul(plan, plan.algo, p, stream));
   }
 
  private:
@@ -119,7 +128,74 @@ class LtContext {
     KV_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   }
 
-  Plan make_plan(const ops::GemmParams& p) {
+  void set_bias(const Plan& plan, const ops::GemmParams& p) {
+    if (p.bias == nullptr) return;
+    KV_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &p.bias, sizeof(p.bias)));
+  }
+
+  cublasStatus_t matmul(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                        const ops::GemmParams& p, cudaStream_t stream) {
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    return cublasLtMatmul(handle_, plan.op, &alpha, p.b, plan.a, p.a, plan.b, &beta, p.c, plan.c,
+                          p.c, plan.c, &algo, workspace_, kWorkspaceBytes, stream);
+  }
+
+  // The fastest of the heuristic's candidates on this call's buffers, each timed from a cold L2
+  // (a forward reads every weight from HBM; timed back to back a weight of up to ~50 MB would sit
+  // in L2 and favour the wrong kernel). The heuristic's first answer wins unless another is 2 %
+  // faster. Runs eagerly (the decode graphs' warm-up runs make their plans before capture); a
+  // plan first made during a capture keeps the first answer.
+  cublasLtMatmulAlgo_t fastest(const Plan& plan, const ops::GemmParams& p,
+                               const cublasLtMatmulHeuristicResult_t* results, int found,
+                               cudaStream_t stream) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    KV_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    if (found < 2 || capturing != cudaStreamCaptureStatusNone) return results[0].algo;
+    int device = 0;
+    int l2_bytes = 0;
+    KV_CUDA_CHECK(cudaGetDevice(&device));
+    KV_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    const size_t flush_bytes = 2 * static_cast<size_t>(l2_bytes);
+    void* flush = nullptr;
+    if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // no room to time: keep the heuristic's answer
+      return results[0].algo;
+    }
+    cudaEvent_t start = nullptr;
+    cudaEvent_t stop = nullptr;
+    KV_CUDA_CHECK(cudaEventCreate(&start));
+    KV_CUDA_CHECK(cudaEventCreate(&stop));
+    set_bias(plan, p);
+    constexpr int kReps = 3;
+    int best = -1;
+    float best_ms = 0.f;
+    for (int i = 0; i < found; ++i) {
+      if (matmul(plan, results[i].algo, p, stream) != CUBLAS_STATUS_SUCCESS) continue;
+      float total = 0.f;
+      for (int r = 0; r < kReps; ++r) {
+        KV_CUDA_CHECK(cudaMemsetAsync(flush, r, flush_bytes, stream));
+        KV_CUDA_CHECK(cudaEventRecord(start, stream));
+        KV_CUBLAS_CHECK(matmul(plan, results[i].algo, p, stream));
+        KV_CUDA_CHECK(cudaEventRecord(stop, stream));
+        KV_CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0.f;
+        KV_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        total += ms;
+      }
+      if (best < 0 || total < 0.98f * best_ms) {
+        best = i;
+        best_ms = total;
+      }
+    }
+    KV_CUDA_CHECK(cudaEventDestroy(start));
+    KV_CUDA_CHECK(cudaEventDestroy(stop));
+    KV_CUDA_CHECK(cudaFree(flush));
+    return results[best < 0 ? 0 : best].algo;
+  }
+
+  Plan make_plan(const ops::GemmParams& p, cudaStream_t stream) {
     Plan plan;
     const cudaDataType_t in = cuda_type(p.dtype);
     const cudaDataType_t out = p.c_f32 ? CUDA_R_32F : in;
@@ -157,17 +233,18 @@ class LtContext {
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
     KV_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
-    cublasLtMatmulHeuristicResult_t result{};
+    const bool tune = tuned_shape(p.m);
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
     KV_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c, plan.c,
-                                                   pref, 1, &result, &found));
+                                                   pref, tune ? kCandidates : 1, results, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0) {
       detail::check_failed(
           __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM",
           "m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k));
     }
-    plan.algo = result.algo;
+    plan.algo = tune ? fastest(plan, p, results, found, stream) : results[0].algo;
     return plan;
   }
 
