@@ -3,11 +3,12 @@
 // The pool takes the device's free memory at startup minus a headroom left to what does not go
 // through the platform: the CUDA context's own growth (module loads, kernels' local memory), the
 // cuBLASLt handle and its 32 MiB workspace (platform/cuda/gemm.cpp: process-wide, allocated at
-// the first GEMM), CUDA graph executables (instantiated and uploaded by the driver), and cuDNN
-// later. Default headroom: max(1 GiB, 4 % of the device's total memory). Everything kvserve
-// allocates itself (weights, KV cache, activations, workspaces, graph buffers) then comes from
-// the pool, and --mem-fraction-static sizes the KV cache from what the pool has left after the
-// weights (model_runner.cpp).
+// the first GEMM) with the buffer its plan tuning overwrites (twice the L2: 100 MiB on an H100,
+// allocated at the first tuned GEMM), CUDA graph executables (instantiated and uploaded by the
+// driver), and cuDNN later. Default headroom: max(1 GiB, 4 % of the device's total memory).
+// Everything kvserve allocates itself (weights, KV cache, activations, workspaces, graph buffers)
+// then comes from the pool, and --mem-fraction-static sizes the KV cache from what the pool has
+// left after the weights (model_runner.cpp).
 #pragma once
 
 #include <cstddef>

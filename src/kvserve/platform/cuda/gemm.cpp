@@ -40,9 +40,10 @@ namespace kvserve::platform::cuda {
 namespace {
 
 // What cuBLASLt asks for on Hopper. One workspace for the process, allocated at the first GEMM
-// with cudaMalloc: the one lasting device allocation outside a platform's device pool, counted in
-// the pool's headroom (platform/device_pool.h). Tuning a plan (fastest) borrows twice the L2 from
-// that headroom while it times, and keeps the heuristic's answer when it cannot.
+// with cudaMalloc, and a buffer of twice the L2 allocated at the first tuning (fastest; the decode
+// graphs' warm-up runs at load): the device allocations outside a platform's device pool, counted
+// in the pool's headroom (platform/device_pool.h), never freed. Without room for the buffer a plan
+// keeps the heuristic's answer.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 // Shapes whose algorithm is timed among the heuristic's first kCandidates answers (fastest):
@@ -158,9 +159,10 @@ class LtContext {
     KV_CUDA_CHECK(cudaGetDevice(&device));
     KV_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
     const size_t flush_bytes = 2 * static_cast<size_t>(l2_bytes);
-    void* flush = nullptr;
-    if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+    void*& flush = flush_[device];
+    if (flush == nullptr && cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
       (void)cudaGetLastError();  // no room to time: keep the heuristic's answer
+      flush = nullptr;
       return results[0].algo;
     }
     cudaEvent_t start = nullptr;
@@ -191,7 +193,6 @@ class LtContext {
     }
     KV_CUDA_CHECK(cudaEventDestroy(start));
     KV_CUDA_CHECK(cudaEventDestroy(stop));
-    KV_CUDA_CHECK(cudaFree(flush));
     return results[best < 0 ? 0 : best].algo;
   }
 
@@ -251,6 +252,7 @@ class LtContext {
   std::mutex mu_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
+  std::map<int, void*> flush_;  // per device: what fastest overwrites to empty the L2
   std::map<ShapeKey, Plan> plans_;
 };
 
