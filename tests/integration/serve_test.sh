@@ -213,6 +213,7 @@ if [ "$tp" = 1 ]; then
   # --- tensor parallelism: a worker that dies ---------------------------------------------------
   # Its request fails (an error, never a hang) and the server stops by itself; the workers of the
   # stopped servers are gone.
+  rm -f "$work/server.log"  # wait_ready must not read the previous server's port
   "$kvserve" serve --model-path "$work/tiny" --port 0 --api-key "$key" --max-total-tokens 8192 \
     --page-size 16 "${extra[@]}" >"$work/server.log" 2>&1 &
   server_pid=$!
@@ -254,6 +255,7 @@ fi
 # A Whisper checkpoint (random weights: gibberish text) served by the same command: OpenAI's
 # /v1/audio/transcriptions with a multipart upload; the LLM routes answer 400; SIGTERM exits 0.
 "$kvserve" make-model --preset whisper-test --output "$work/whisper" --seed 5 >/dev/null
+rm -f "$work/server.log"  # wait_ready must not read the previous server's port
 "$kvserve" serve --model-path "$work/whisper" --port 0 --api-key "$key" >"$work/server.log" 2>&1 &
 server_pid=$!
 wait_ready
