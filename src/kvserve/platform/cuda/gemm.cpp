@@ -117,7 +117,7 @@ class LtContext {
                        alignment(p.c),
                        device};
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, make_plan(p, stream)).first;
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(p, device, stream)).first;
     const Plan& plan = it->second;
     set_bias(plan, p);
     KV_CUBLAS_CHECK(matmul(plan, plan.algo, p, stream));
@@ -150,13 +150,11 @@ class LtContext {
   // plan first made during a capture keeps the first answer.
   cublasLtMatmulAlgo_t fastest(const Plan& plan, const ops::GemmParams& p,
                                const cublasLtMatmulHeuristicResult_t* results, int found,
-                               cudaStream_t stream) {
+                               int device, cudaStream_t stream) {
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     KV_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
     if (found < 2 || capturing != cudaStreamCaptureStatusNone) return results[0].algo;
-    int device = 0;
     int l2_bytes = 0;
-    KV_CUDA_CHECK(cudaGetDevice(&device));
     KV_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
     const size_t flush_bytes = 2 * static_cast<size_t>(l2_bytes);
     void*& flush = flush_[device];
@@ -196,7 +194,7 @@ class LtContext {
     return results[best < 0 ? 0 : best].algo;
   }
 
-  Plan make_plan(const ops::GemmParams& p, cudaStream_t stream) {
+  Plan make_plan(const ops::GemmParams& p, int device, cudaStream_t stream) {
     Plan plan;
     const cudaDataType_t in = cuda_type(p.dtype);
     const cudaDataType_t out = p.c_f32 ? CUDA_R_32F : in;
@@ -245,7 +243,7 @@ class LtContext {
           __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM",
           "m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k));
     }
-    plan.algo = tune ? fastest(plan, p, results, found, stream) : results[0].algo;
+    plan.algo = tune ? fastest(plan, p, results, found, device, stream) : results[0].algo;
     return plan;
   }
 
